@@ -1,0 +1,31 @@
+# The two set-up commands of the README: `make test` and `make demo`. Both (re)build .venv from the pinned
+# requirements when it is missing or older than requirements.txt / setup.py.
+PY      := .venv/bin/python
+STAMP   := .venv/.installed
+export OMP_NUM_THREADS ?= 1
+export MXNET_SUBGRAPH_BACKEND := NONE
+export MXNET_SUBGRAPH_VERBOSE := 0
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: test demo venv clean docs
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt setup.py
+	rm -rf .venv
+	python3 -m venv .venv
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-build-isolation --no-deps -e .
+	touch $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	$(PY) -m tofu.demo
+
+docs: $(STAMP)
+	$(PY) experiments/make_models_table.py --out docs/models.md
+
+clean:
+	rm -rf .venv build *.egg-info

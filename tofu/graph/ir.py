@@ -1,0 +1,111 @@
+"""The graph IR: the one representation of a training graph that every later stage reads.
+
+Input: nothing (built by :mod:`tofu.graph.mxnet_import`). Output: :class:`Graph`, an immutable value:
+nodes (operators, in topological order) and tensor entries (every operator output and every variable),
+with shapes, dtypes and roles. Variables are tensors without a producer, not nodes.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from tofu.graph.attrs import Attrs
+
+Shape = tuple[int, ...]
+
+
+class Role(enum.Enum):
+    DATA = "data"            # a model input fed by the user (images, token ids)
+    LABEL = "label"          # a training target
+    PARAM = "param"          # a learned parameter (has a gradient and optimizer state)
+    AUX = "aux"              # auxiliary state updated in the forward pass (BatchNorm moving stats)
+    ACTIVATION = "activation"  # an operator output
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    """One tensor of the graph: a variable or one output of a node."""
+
+    id: int
+    name: str
+    shape: Shape
+    dtype: str
+    role: Role
+    producer: int | None = None    # node id; None for variables
+    output_index: int = 0
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * np.dtype(self.dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Node:
+    """One operator application.
+
+    ``layer`` and ``step`` identify the model layer and the unrolled timestep the op belongs to (from the
+    ``__tofu_layer__`` / ``__tofu_step__`` attributes the model builders set), so the search can group them.
+    """
+
+    id: int
+    name: str
+    op: str
+    attrs: Attrs
+    inputs: tuple[int, ...]         # tensor ids, in the operator's argument order
+    outputs: tuple[int, ...]        # tensor ids, every output of the op (visible or not)
+    layer: str | None = None
+    step: int | None = None
+
+
+@dataclass(frozen=True)
+class Graph:
+    """A forward training graph: nodes in topological order, tensors indexed by id."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    tensors: tuple[TensorEntry, ...]
+    heads: tuple[int, ...]           # tensor ids of the graph outputs (losses)
+
+    def tensor(self, key: int | str) -> TensorEntry:
+        if isinstance(key, int):
+            return self.tensors[key]
+        return self.tensors[self._names[key]]
+
+    @cached_property
+    def _names(self) -> dict[str, int]:
+        return {t.name: t.id for t in self.tensors}
+
+    @cached_property
+    def _consumers(self) -> tuple[tuple[int, ...], ...]:
+        users: list[list[int]] = [[] for _ in self.tensors]
+        for node in self.nodes:
+            for t in dict.fromkeys(node.inputs):
+                users[t].append(node.id)
+        return tuple(tuple(u) for u in users)
+
+    def consumers(self, tensor_id: int) -> tuple[int, ...]:
+        """Ids of the nodes reading ``tensor_id`` (each once, in topological order)."""
+        return self._consumers[tensor_id]
+
+    def node(self, node_id: int) -> Node:
+        return self.nodes[node_id]
+
+    def by_role(self, role: Role) -> tuple[TensorEntry, ...]:
+        return tuple(t for t in self.tensors if t.role is role)
+
+    def op_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for n in self.nodes:
+            counts[n.op] = counts.get(n.op, 0) + 1
+        return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+    @property
+    def param_bytes(self) -> int:
+        return sum(t.nbytes for t in self.by_role(Role.PARAM))

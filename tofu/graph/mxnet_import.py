@@ -1,0 +1,164 @@
+"""Graph import: MXNet Symbol (or symbol JSON file) + input shapes -> :class:`tofu.graph.ir.Graph`.
+
+The only module that reads MXNet graphs. Shapes and dtypes come from MXNet's own ``infer_shape`` /
+``infer_type`` over the internals of the symbol, so the IR agrees with MXNet entry by entry.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+
+from tofu.errors import GraphImportError, InputShapeError
+from tofu.graph.attrs import Attrs
+from tofu.graph.ir import Graph, Node, Role, Shape, TensorEntry
+from tofu.graph.single_op import first_line, num_visible_outputs
+
+LAYER_ATTR = "__tofu_layer__"
+STEP_ATTR = "__tofu_step__"
+_RNN_NAME = re.compile(r"^(?P<layer>.+?)_?t(?P<step>\d+)_")  # mx.rnn cells: 'lstm_l0_t3_i2h'
+
+
+def load_symbol_file(path: str | Path) -> mx.sym.Symbol:
+    """Reads a symbol JSON file (as written by ``Symbol.save``), with a one-line error if it is not one."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+        doc = json.loads(text)
+    except OSError as e:
+        raise GraphImportError(f"cannot read symbol file '{path}': {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise GraphImportError(f"'{path}' is not valid JSON: {e.msg} at line {e.lineno}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or "heads" not in doc:
+        raise GraphImportError(f"'{path}' is not an MXNet symbol file (no 'nodes' and 'heads')")
+    try:
+        return mx.sym.load_json(text)
+    except mx.base.MXNetError as e:
+        raise GraphImportError(f"MXNet cannot load '{path}': {first_line(e)}") from None
+
+
+def parse_shape(text: str) -> tuple[str, Shape]:
+    """Parses ``NAME=D1,D2,...`` (the CLI's ``--shape``)."""
+    name, sep, dims = text.partition("=")
+    try:
+        shape = tuple(int(d) for d in dims.split(","))
+    except ValueError:
+        shape = ()
+    if not sep or not name or not shape or min(shape) <= 0:
+        raise InputShapeError(f"bad shape '{text}': expected NAME=D1,D2,... with positive integers")
+    return name, shape
+
+
+def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str = "model",
+                  dtype: str = "float32") -> Graph:
+    """Imports a forward graph.
+
+    Args:
+        symbol: the graph's output symbol (usually the loss).
+        shapes: shape of every data and label input; parameters are inferred.
+        name: the graph's name (the model name).
+        dtype: element type of the inputs.
+
+    Returns:
+        The graph with every variable and every visible op output as a tensor entry.
+
+    Raises:
+        InputShapeError: a shape names no input, or leaves some entry's shape unknown.
+        GraphImportError: MXNet rejects the graph or its shapes.
+    """
+    args = symbol.list_arguments()
+    aux = set(symbol.list_auxiliary_states())
+    unknown = sorted(set(shapes) - set(args))
+    if unknown:
+        raise InputShapeError(f"no input named {', '.join(unknown)}; the graph's inputs are: "
+                              f"{', '.join(a for a in args if not _looks_like_param(a)) or ', '.join(args)}")
+    internals = symbol.get_internals()
+    out_names = internals.list_outputs()
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):   # MXNet prints its arguments on failure
+            _, out_shapes, _ = internals.infer_shape(**shapes)
+            _, out_types, _ = internals.infer_type(**{k: dtype for k in shapes})
+    except mx.base.MXNetError as e:
+        raise InputShapeError(f"MXNet cannot infer shapes from {_fmt_shapes(shapes)}: {first_line(e)}") from None
+    if out_shapes is None or any(s is None or 0 in s for s in out_shapes):
+        missing = [n for n, s in zip(out_names, out_shapes or [None] * len(out_names)) if not s or 0 in s]
+        raise InputShapeError(f"shapes given ({_fmt_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}")
+
+    doc = json.loads(symbol.tojson())
+    entries: dict[tuple[int, int], int] = {}     # (json node index, output index) -> tensor id
+    tensors: list[TensorEntry] = []
+    nodes: list[Node] = []
+    cursor = 0
+    arity_cache: dict = {}
+    for j, jn in enumerate(doc["nodes"]):
+        raw = jn.get("attrs", jn.get("attr", {})) or {}
+        if jn["op"] == "null":
+            if out_names[cursor] != jn["name"]:
+                raise GraphImportError(f"internal order mismatch at variable '{jn['name']}'")
+            role = (Role.AUX if jn["name"] in aux else
+                    (Role.LABEL if jn["name"].endswith("label") else Role.DATA) if jn["name"] in shapes
+                    else Role.PARAM)
+            entries[(j, 0)] = len(tensors)
+            tensors.append(TensorEntry(len(tensors), jn["name"], tuple(out_shapes[cursor]),
+                                       np.dtype(out_types[cursor]).name, role))
+            cursor += 1
+            continue
+        node_id = len(nodes)
+        outputs = []
+        for k in range(_num_visible_outputs(jn, arity_cache)):
+            entries[(j, k)] = len(tensors)
+            outputs.append(len(tensors))
+            tensors.append(TensorEntry(len(tensors), out_names[cursor + k], tuple(out_shapes[cursor + k]),
+                                       np.dtype(out_types[cursor + k]).name, Role.ACTIVATION, node_id, k))
+        cursor += len(outputs)
+        try:
+            inputs = tuple(entries[(i[0], i[1])] for i in jn["inputs"])
+        except KeyError:
+            raise GraphImportError(f"node '{jn['name']}' reads a hidden output of another node") from None
+        layer, step = _layer_and_step(jn["name"], raw)
+        try:
+            attrs = Attrs.parse(raw)
+        except ValueError as e:
+            raise GraphImportError(f"node '{jn['name']}': bad attribute: {e}") from None
+        nodes.append(Node(node_id, jn["name"], jn["op"], attrs, inputs, tuple(outputs), layer, step))
+    if cursor != len(out_names):
+        raise GraphImportError(f"graph has {len(out_names)} internal entries but {cursor} were matched to nodes")
+    heads = tuple(entries[(h[0], h[1])] for h in doc["heads"])
+    return Graph(name, tuple(nodes), tuple(tensors), heads)
+
+
+def _num_visible_outputs(jn: dict, cache: dict) -> int:
+    """How many outputs of one op node the internals list (BatchNorm: 1, or 3 with output_mean_var)."""
+    raw = jn.get("attrs", jn.get("attr", {})) or {}
+    key = (jn["op"], tuple(sorted(raw.items())), len(jn["inputs"]))
+    if key not in cache:
+        try:
+            cache[key] = num_visible_outputs(jn["op"], raw, len(jn["inputs"]))
+        except GraphImportError as e:
+            raise GraphImportError(f"node '{jn['name']}': {e}") from None
+    return cache[key]
+
+
+def _layer_and_step(name: str, raw: Mapping[str, str]) -> tuple[str | None, int | None]:
+    layer = raw.get(LAYER_ATTR)
+    step = raw.get(STEP_ATTR)
+    if step is None:
+        m = _RNN_NAME.match(name)
+        if m:
+            layer = layer or m["layer"]
+            step = m["step"]
+    return layer, (int(step) if step is not None else None)
+
+
+def _looks_like_param(name: str) -> bool:
+    return name.endswith(("_weight", "_bias", "_gamma", "_beta"))
+
+
+def _fmt_shapes(shapes: Mapping[str, Shape]) -> str:
+    return ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items()) or "no shapes"

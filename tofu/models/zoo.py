@@ -1,0 +1,144 @@
+"""Model zoo: a model name and :class:`ModelOptions` -> a :class:`Model` (forward Symbol + input shapes).
+
+Names are parsed, not listed:
+
+- ``wresnet-{depth}-{widen}``: Wide ResNet on ImageNet, depth 50, 101 or 152, widening factor 4, 6, 8 or 10
+  (the paper's grid) or 1, 2 (ResNet and WRN-x-2, for checks);
+- ``rnn-{layers}-{hidden}``: stacked-LSTM language model, hidden written ``4k`` (4096), ``6k``, ``8k`` or as a
+  plain integer (``rnn-2-64``);
+- ``wresnet-tiny``, ``rnn-tiny``, ``mlp``: small fixed models for tests and CPU runs (only their batch
+  follows the options; ``rnn-tiny`` is ``rnn-2-16`` with seq_len 4 and vocab 20).
+
+>>> build_model("rnn-6-4k").input_shapes
+(('data', (128, 20)), ('softmax_label', (128, 20)))
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+import mxnet as mx
+
+from tofu.errors import TofuError, UnknownModelError
+from tofu.models import rnn, small, wresnet
+from tofu.models.rnn import LSTMConfig
+from tofu.models.wresnet import WResNetConfig
+
+Family = Literal["wresnet", "rnn", "mlp"]
+Shape = tuple[int, ...]
+
+WRESNET_DEPTHS = tuple(wresnet.STAGE_UNITS)                # (50, 101, 152)
+WRESNET_PAPER_WIDENS = (4, 6, 8, 10)
+WRESNET_WIDENS = (1, 2) + WRESNET_PAPER_WIDENS            # 1 and 2 reproduce ResNet and WRN-x-2
+RNN_PAPER_LAYERS = (6, 8, 10)
+RNN_PAPER_HIDDEN = ("4k", "6k", "8k")
+
+DEFAULT_BATCH: dict[str, int] = {"wresnet": 32, "rnn": 128, "mlp": 16, "wresnet-tiny": 4, "rnn-tiny": 4}
+"""Batch used when ``ModelOptions.batch`` is None, by family (or by name for the tiny models)."""
+
+PAPER_MODELS: tuple[str, ...] = (
+    tuple(f"wresnet-{d}-{w}" for d in WRESNET_DEPTHS for w in WRESNET_PAPER_WIDENS)
+    + tuple(f"rnn-{n}-{h}" for n in RNN_PAPER_LAYERS for h in RNN_PAPER_HIDDEN))
+SMALL_MODELS: tuple[str, ...] = ("wresnet-tiny", "rnn-tiny", "mlp")
+
+_WRESNET_NAME = re.compile(r"wresnet-([1-9][0-9]*)-([1-9][0-9]*)")
+_RNN_NAME = re.compile(r"rnn-([1-9][0-9]*)-([1-9][0-9]*)(k?)")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """Options of :func:`build_model`.
+
+    Attributes:
+        batch: samples (images or sequences) per batch; None means the family default (:data:`DEFAULT_BATCH`).
+        seq_len: unrolled timesteps of the RNN models.
+        vocab: vocabulary size of the RNN models.
+
+    Raises:
+        TofuError: if an option is not a positive integer.
+    """
+
+    batch: int | None = None
+    seq_len: int = 20
+    vocab: int = 10000
+
+    def __post_init__(self) -> None:
+        for option in ("batch", "seq_len", "vocab"):
+            value = getattr(self, option)
+            if option == "batch" and value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TofuError(f"model option {option} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Model:
+    """A built model: its forward graph with loss head and the shapes of its inputs.
+
+    Attributes:
+        name: the name it was built from.
+        family: ``"wresnet"``, ``"rnn"`` or ``"mlp"``.
+        symbol: the loss symbol (SoftmaxOutput named ``softmax``) of the forward graph.
+        input_shapes: (name, shape) of ``data`` then ``softmax_label``.
+        batch: the batch size the shapes use.
+    """
+
+    name: str
+    family: Family
+    symbol: mx.sym.Symbol = field(compare=False)
+    input_shapes: tuple[tuple[str, Shape], ...]
+    batch: int
+
+    def shapes(self) -> dict[str, Shape]:
+        """The input shapes as a dict, ready for ``symbol.infer_shape(**model.shapes())``."""
+        return dict(self.input_shapes)
+
+
+def model_names() -> tuple[str, ...]:
+    """Every named model: the 21 paper configurations, then the small ones."""
+    return PAPER_MODELS + SMALL_MODELS
+
+
+def build_model(name: str, options: ModelOptions = ModelOptions()) -> Model:
+    """Builds a model from its name.
+
+    Args:
+        name: a name of :func:`model_names`, or any ``wresnet-{depth}-{widen}`` / ``rnn-{layers}-{hidden}``
+            the module docstring allows.
+        options: batch size, and timesteps and vocabulary of the RNNs.
+
+    Returns:
+        The model's forward Symbol and input shapes.
+
+    Raises:
+        UnknownModelError: if the name is not a model.
+    """
+    if name == "mlp":
+        batch = options.batch or DEFAULT_BATCH["mlp"]
+        return Model(name, "mlp", small.mlp_symbol(),
+                     (("data", (batch, small.MLP_INPUT)), ("softmax_label", (batch,))), batch)
+    if name == "wresnet-tiny":
+        return _wresnet(name, wresnet.TINY, options.batch or DEFAULT_BATCH[name])
+    if name == "rnn-tiny":
+        return _rnn(name, rnn.TINY, options.batch or DEFAULT_BATCH[name])
+    match = _WRESNET_NAME.fullmatch(name)
+    if match and int(match[1]) in WRESNET_DEPTHS and int(match[2]) in WRESNET_WIDENS:
+        config = WResNetConfig.imagenet(depth=int(match[1]), widen=int(match[2]))
+        return _wresnet(name, config, options.batch or DEFAULT_BATCH["wresnet"])
+    match = _RNN_NAME.fullmatch(name)
+    if match:
+        hidden = int(match[2]) * (1024 if match[3] else 1)
+        config = LSTMConfig(layers=int(match[1]), hidden=hidden, seq_len=options.seq_len, vocab=options.vocab)
+        return _rnn(name, config, options.batch or DEFAULT_BATCH["rnn"])
+    raise UnknownModelError(name, known=model_names())
+
+
+def _wresnet(name: str, config: WResNetConfig, batch: int) -> Model:
+    shapes = (("data", (batch, *config.image)), ("softmax_label", (batch,)))
+    return Model(name, "wresnet", wresnet.wresnet_symbol(config), shapes, batch)
+
+
+def _rnn(name: str, config: LSTMConfig, batch: int) -> Model:
+    shapes = (("data", (batch, config.seq_len)), ("softmax_label", (batch, config.seq_len)))
+    return Model(name, "rnn", rnn.lstm_symbol(config, batch), shapes, batch)

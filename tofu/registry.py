@@ -1,0 +1,39 @@
+"""The operator registry: MXNet op name -> TDL description (an ``OpSpec``).
+
+Descriptions register themselves with ``@tdl_op`` (``tofu.tdl.describe``) when their ``operators_tdl``
+module is imported; :func:`load_builtin_operators` imports them all, explicitly.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from tofu.errors import DuplicateRegistrationError, UnsupportedOperatorError
+
+if TYPE_CHECKING:
+    from tofu.tdl.describe import OpSpec
+
+REGISTRY: dict[str, "OpSpec"] = {}
+
+
+def register(op: str, spec: "OpSpec") -> None:
+    if op in REGISTRY:
+        raise DuplicateRegistrationError(f"operator '{op}' is described twice: in {REGISTRY[op].source} and "
+                                         f"in {spec.source}")
+    REGISTRY[op] = spec
+
+
+def lookup(op: str, node: str | None = None) -> "OpSpec":
+    load_builtin_operators()
+    try:
+        return REGISTRY[op]
+    except KeyError:
+        raise UnsupportedOperatorError(op, known=REGISTRY, node=node) from None
+
+
+def load_builtin_operators() -> dict[str, "OpSpec"]:
+    """Imports every description family of ``operators_tdl`` (idempotent) and returns the registry."""
+    package = importlib.import_module("operators_tdl")
+    for family in package.FAMILIES:
+        importlib.import_module(f"operators_tdl.{family}")
+    return REGISTRY

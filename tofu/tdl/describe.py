@@ -1,0 +1,229 @@
+"""Operator descriptions: registering a TDL description and instantiating it for concrete shapes.
+
+Input: an MXNet op name, its parsed :class:`~tofu.graph.attrs.Attrs`, input and output shapes.
+Output: an :class:`OpDescription` (typed attributes, input tensors, one lambda body per output).
+
+A description is one decorated function in ``operators_tdl/``::
+
+    @tdl_op("FullyConnected", inputs=("data", "weight", "bias?"), attrs=FCAttrs, cases=[...])
+    def fully_connected(data, weight, bias, attrs):
+        '''out[b, h] = sum_k data[b, k] * weight[h, k] + bias[h]'''
+        return lambda b, h: Sum(lambda k: data[b, k] * weight[h, k]) + (bias[h] if bias else 0.0)
+
+Input names ending in ``?`` are optional (absent ones arrive as None), a single ``*name`` takes any number
+of inputs (as a tuple). The function returns one lambda, or a tuple with one lambda per output.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tofu import registry
+from tofu.errors import TDLError, TofuError
+from tofu.graph.attrs import Attrs, AttrValue
+from tofu.tdl.expr import TensorVar, ValueExpr, Var, call_lambda, lambda_vars
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class NoAttrs:
+    """Attributes of an operator whose semantics takes none."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One example setting of an operator, used by the generic tests (conformance with MXNet, strategies).
+
+    Attributes:
+        shapes: one shape per input, in input order.
+        attrs: MXNet attribute values as Python values.
+        ints: ``(input position, n)``: that input holds integers drawn from [0, n) (indices, labels).
+        positive: positions of inputs drawn from positive values (variances).
+        train: run MXNet's operator in training mode (BatchNorm's batch statistics).
+    """
+
+    shapes: tuple[Shape, ...]
+    attrs: Mapping[str, AttrValue] = field(default_factory=dict)
+    ints: tuple[tuple[int, int], ...] = ()
+    positive: tuple[int, ...] = ()
+    train: bool = False
+
+    def parsed_attrs(self) -> Attrs:
+        return Attrs.of(**self.attrs)
+
+    def __str__(self) -> str:
+        a = ",".join(f"{k}={v}" for k, v in sorted(self.attrs.items()))
+        return "x".join("-".join(map(str, s)) for s in self.shapes) + (f"[{a}]" if a else "")
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """A registered description: how to build an :class:`OpDescription` for one MXNet operator."""
+
+    op: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    attrs_type: type
+    builder: Callable = field(compare=False)
+    cases: tuple[Case, ...]
+    source: str                 # "operators_tdl/conv.py:convolution", for error messages
+
+    @property
+    def doc(self) -> str:
+        return inspect.getdoc(self.builder) or ""
+
+    def input_names(self, n: int) -> tuple[str, ...]:
+        """Names of the first ``n`` inputs (a variadic input expands to name0, name1, ...)."""
+        if self.inputs and self.inputs[0].startswith("*"):
+            return tuple(f"{self.inputs[0][1:]}{i}" for i in range(n))
+        return tuple(x.rstrip("?") for x in self.inputs[:n])
+
+    def check_arity(self, n: int) -> None:
+        if self.inputs and self.inputs[0].startswith("*"):
+            if n < 1:
+                raise TDLError(f"{self.op}: needs at least one input")
+            return
+        required = sum(1 for x in self.inputs if not x.endswith("?"))
+        if not required <= n <= len(self.inputs):
+            raise TDLError(f"{self.op}: got {n} inputs, the description ({self.source}) takes "
+                           f"{required}..{len(self.inputs)}: {', '.join(self.inputs)}")
+
+
+@dataclass(frozen=True)
+class OutputDef:
+    name: str
+    shape: Shape
+    vars: tuple[Var, ...]
+    body: ValueExpr
+
+
+@dataclass(frozen=True)
+class OpDescription:
+    """An operator instantiated for concrete shapes: what partition analysis and the interpreter read."""
+
+    op: str
+    attrs: object
+    inputs: tuple[TensorVar, ...]
+    outputs: tuple[OutputDef, ...]
+    source: str = ""
+
+
+def tdl_op(op: str, *, inputs: Sequence[str], outputs: Sequence[str] = ("output",),
+           attrs: type = NoAttrs, cases: Sequence[Case] = (), aliases: Sequence[str] = ()) -> Callable:
+    """Registers the decorated function as the TDL description of MXNet operator ``op`` (and ``aliases``).
+
+    Raises:
+        DuplicateRegistrationError: ``op`` already has a description.
+        TDLError: the declaration itself is malformed.
+    """
+    def decorate(fn: Callable) -> Callable:
+        source = f"{_relative(inspect.getsourcefile(fn))}:{fn.__name__}"
+        if not dataclasses.is_dataclass(attrs):
+            raise TDLError(f"{op} ({source}): attrs must be a frozen dataclass, got {attrs!r}")
+        if any(x.startswith("*") for x in inputs) and len(inputs) != 1:
+            raise TDLError(f"{op} ({source}): a variadic '*name' input must be the only input")
+        for name in (op, *aliases):
+            registry.register(name, OpSpec(name, tuple(inputs), tuple(outputs), attrs, fn, tuple(cases), source))
+        return fn
+    return decorate
+
+
+def _relative(path: str | None) -> str:
+    if not path:
+        return "?"
+    p = Path(path)
+    return "/".join(p.parts[-2:])
+
+
+def typed_attrs(cls: type, attrs: Attrs, op: str) -> object:
+    """Builds the operator's attribute dataclass from parsed attributes (coercing ints, tuples, floats).
+
+    Attributes the dataclass does not declare are ignored (they do not change semantics: workspace,
+    cudnn_tune, ...). A declared field without default that the node lacks is an error.
+    """
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.name in attrs:
+            values[f.name] = _coerce(attrs[f.name], hints[f.name], op, f.name)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise TDLError(f"{op}: attribute '{f.name}' is required")
+    try:
+        return cls(**values)
+    except (TypeError, ValueError) as e:
+        raise TDLError(f"{op}: bad attributes {dict(attrs)}: {e}") from None
+
+
+def _coerce(v: AttrValue, hint, op: str, name: str):
+    origin = typing.get_origin(hint)
+    options = typing.get_args(hint) if origin in (typing.Union, getattr(__import__("types"), "UnionType")) else (hint,)
+    if v is None and type(None) in options:
+        return None
+    for t in options:
+        o = typing.get_origin(t) or t
+        if o is tuple:
+            if isinstance(v, tuple):
+                return v
+            if isinstance(v, (int, float)) and not isinstance(v, bool):
+                return (v,)
+        elif o is bool and isinstance(v, (bool, int)):
+            return bool(v)
+        elif o is int and isinstance(v, int) and not isinstance(v, bool):
+            return v
+        elif o is float and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+        elif o is str:
+            return v if isinstance(v, str) else str(v)
+    raise TDLError(f"{op}: attribute '{name}' = {v!r} is not a {hint}")
+
+
+def describe(op: str, attrs: Attrs, input_shapes: Sequence[Shape], output_shapes: Sequence[Shape],
+             node: str | None = None) -> OpDescription:
+    """Instantiates the description of ``op`` for concrete attributes and shapes.
+
+    Args:
+        op: MXNet operator name.
+        attrs: the node's parsed attributes.
+        input_shapes: shape of each input, in the operator's argument order.
+        output_shapes: shape of each visible output (a prefix of the described outputs).
+        node: the graph node's name, for error messages.
+
+    Raises:
+        UnsupportedOperatorError: no description for ``op``.
+        TDLError: the description is malformed for these shapes; the message names op and source.
+    """
+    spec = registry.lookup(op, node=node)
+    where = f"{op}{f' (node {node!r})' if node else ''} in {spec.source}"
+    try:
+        spec.check_arity(len(input_shapes))
+        typed = typed_attrs(spec.attrs_type, attrs, op)
+        tensors = tuple(TensorVar(n, tuple(int(d) for d in s))
+                        for n, s in zip(spec.input_names(len(input_shapes)), input_shapes))
+        if spec.inputs and spec.inputs[0].startswith("*"):
+            result = spec.builder(tensors, typed)
+        else:
+            padded = tensors + (None,) * (len(spec.inputs) - len(tensors))
+            result = spec.builder(*padded, typed)
+        lambdas = result if isinstance(result, tuple) else (result,)
+        if len(lambdas) < len(output_shapes):
+            raise TDLError(f"the description returns {len(lambdas)} output lambdas, the node has "
+                           f"{len(output_shapes)} outputs")
+        names = spec.outputs if len(spec.outputs) >= len(lambdas) else tuple(f"output{i}" for i in range(len(lambdas)))
+        outputs = []
+        for name, fn, shape in zip(names, lambdas, output_shapes):
+            vars_ = lambda_vars(fn, len(shape), f"output '{name}'")
+            outputs.append(OutputDef(name, tuple(int(d) for d in shape), vars_, call_lambda(fn, vars_)))
+    except TDLError as e:
+        if str(e).startswith(op):
+            raise
+        raise TDLError(f"{where}: {e}") from None
+    except TofuError:
+        raise
+    except Exception as e:   # a bug in the description itself: name it, keep the cause
+        raise TDLError(f"{where}: description failed: {type(e).__name__}: {e}") from e
+    return OpDescription(op, typed, tensors, tuple(outputs), spec.source)
