@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import re
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -81,7 +82,8 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
     internals = symbol.get_internals()
     out_names = internals.list_outputs()
     try:
-        with contextlib.redirect_stdout(io.StringIO()):   # MXNet prints its arguments on failure
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")   # MXNet prints and warns about partial inference; we raise below
             _, out_shapes, _ = internals.infer_shape(**shapes)
             _, out_types, _ = internals.infer_type(**{k: dtype for k in shapes})
     except mx.base.MXNetError as e:

@@ -1,0 +1,124 @@
+"""Graph import: the IR agrees with MXNet's own shape inference entry by entry, for every zoo model."""
+import json
+
+import mxnet as mx
+import pytest
+
+from tofu.errors import GraphImportError, InputShapeError
+from tofu.graph import Role, import_symbol, load_symbol_file, parse_shape
+from tofu.models import ModelOptions, build_model, model_names
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_ir_shapes_equal_mxnet_infer_shape(name):
+    model = build_model(name)
+    graph = import_symbol(model.symbol, model.shapes(), name=name)
+    internals = model.symbol.get_internals()
+    _, expected, _ = internals.infer_shape(**model.shapes())
+    names = internals.list_outputs()
+    assert [t.name for t in graph.tensors] == names
+    assert [t.shape for t in graph.tensors] == [tuple(s) for s in expected]
+    # every node's inputs are tensors that exist before it (topological order)
+    produced = {t.id for t in graph.tensors if t.producer is None}
+    for node in graph.nodes:
+        assert set(node.inputs) <= produced
+        produced |= set(node.outputs)
+    assert graph.param_bytes == 4 * sum(
+        int(mx.nd.zeros(s).size) for n, s in zip(model.symbol.list_arguments(),
+                                                 model.symbol.infer_shape(**model.shapes())[0])
+        if n not in model.shapes())
+
+
+def test_multi_output_ops_and_fan_out():
+    x = mx.sym.var("data")
+    fc = mx.sym.FullyConnected(x, num_hidden=4, name="fc")
+    bn = mx.sym.BatchNorm(fc, name="bn", output_mean_var=True)
+    parts = mx.sym.split(bn[0], num_outputs=2, axis=1, name="sp")
+    y = parts[0] * parts[1] + parts[0]                # parts[0] fans out to two consumers
+    out = mx.sym.SoftmaxOutput(mx.sym.broadcast_add(y, mx.sym.reshape(bn[1], (1, 4)).slice_axis(1, 0, 2)),
+                               name="softmax")
+    g = import_symbol(out, {"data": (3, 5), "softmax_label": (3,)})
+    bn_node = next(n for n in g.nodes if n.op == "BatchNorm")
+    assert [g.tensor(t).shape for t in bn_node.outputs] == [(3, 4), (4,), (4,)]
+    split = next(n for n in g.nodes if n.op == "SliceChannel")
+    assert len(split.outputs) == 2 and split.attrs["num_outputs"] == 2 and split.attrs["axis"] == 1
+    assert len(g.consumers(split.outputs[0])) == 2
+    assert g.tensor("bn_moving_mean").role is Role.AUX
+    assert g.tensor("fc_weight").role is Role.PARAM
+    assert g.tensor("softmax_label").role is Role.LABEL
+    assert g.tensor("data").role is Role.DATA
+
+
+def test_bn_hidden_outputs_are_not_tensors():
+    bn = mx.sym.BatchNorm(mx.sym.var("data"), name="bn")
+    g = import_symbol(bn, {"data": (2, 3, 4, 4)})
+    assert len(g.nodes[0].outputs) == 1
+
+
+def test_rnn_ops_carry_layer_and_step():
+    model = build_model("rnn-tiny")
+    g = import_symbol(model.symbol, model.shapes())
+    cell_ops = [n for n in g.nodes if n.layer and n.layer.startswith("lstm_l")]
+    steps = {(n.layer, n.step) for n in cell_ops}
+    assert steps == {(f"lstm_l{l}", t) for l in range(2) for t in range(4)}
+    fcs = [n for n in cell_ops if n.op == "FullyConnected"]
+    # each step of each layer has its i2h and h2h matmul
+    assert len(fcs) == 2 * 4 * 2
+
+
+def test_rnn_step_from_mxnet_names_without_attributes():
+    cell = mx.rnn.LSTMCell(8, prefix="lstm_l0_")
+    outs, _ = cell.unroll(3, mx.sym.var("data"), layout="NTC", merge_outputs=True)
+    g = import_symbol(outs, {"data": (2, 3, 4)})
+    i2h = sorted((n.step, n.layer) for n in g.nodes if n.name.endswith("_i2h"))
+    assert i2h == [(0, "lstm_l0"), (1, "lstm_l0"), (2, "lstm_l0")]
+
+
+def test_attrs_are_parsed_into_values():
+    model = build_model("wresnet-tiny")
+    g = import_symbol(model.symbol, model.shapes())
+    conv = next(n for n in g.nodes if n.op == "Convolution")
+    assert isinstance(conv.attrs["kernel"], tuple) and all(isinstance(k, int) for k in conv.attrs["kernel"])
+    assert isinstance(conv.attrs["num_filter"], int)
+    assert conv.attrs["no_bias"] is True
+
+
+def test_symbol_file_round_trip(tmp_path):
+    model = build_model("mlp", ModelOptions(batch=2))
+    path = tmp_path / "mlp.json"
+    model.symbol.save(str(path))
+    g = import_symbol(load_symbol_file(path), model.shapes())
+    assert g.op_counts() == import_symbol(model.symbol, model.shapes()).op_counts()
+
+
+@pytest.mark.parametrize("text,message", [
+    ("{not json", "not valid JSON"),
+    ('{"a": 1}', "not an MXNet symbol file"),
+    ('{"nodes": [{"op": "NoSuchOp", "name": "x", "inputs": []}], "arg_nodes": [], "heads": [[0, 0, 0]]}',
+     "MXNet cannot load"),
+])
+def test_bad_symbol_files(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(GraphImportError, match=message):
+        load_symbol_file(path)
+
+
+def test_missing_and_wrong_shapes():
+    model = build_model("mlp")
+    with pytest.raises(InputShapeError, match="no input named"):
+        import_symbol(model.symbol, {"dat": (2, 32)})
+    with pytest.raises(InputShapeError, match="leave unknown|cannot infer"):
+        import_symbol(model.symbol, {"softmax_label": (2,)})
+    with pytest.raises(InputShapeError, match="cannot infer"):
+        import_symbol(model.symbol, {"data": (2, 32), "softmax_label": (3, 7)})
+
+
+@pytest.mark.parametrize("text", ["data", "data=", "data=1,x", "data=0,3", "=1,2"])
+def test_parse_shape_rejects(text):
+    with pytest.raises(InputShapeError):
+        parse_shape(text)
+
+
+def test_parse_shape():
+    assert parse_shape("data=1,3,224,224") == ("data", (1, 3, 224, 224))

@@ -1,0 +1,30 @@
+"""The composition of the pipeline stages; the only module that knows every stage.
+
+Each function here is a short chain of stage functions (DESIGN.md, section 1).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from tofu.errors import InputShapeError
+from tofu.graph import Graph, Shape, import_symbol, load_symbol_file
+from tofu.models import ModelOptions, build_model
+
+
+def load_graph(model: str, options: ModelOptions = ModelOptions(),
+               shapes: Mapping[str, Shape] | None = None) -> Graph:
+    """A zoo model by name, or a symbol JSON file (``*.json``) with the shapes of its inputs, as a Graph.
+
+    Raises:
+        UnknownModelError: ``model`` is neither a zoo name nor a JSON file.
+        InputShapeError, GraphImportError: the file or its shapes are unusable.
+    """
+    if model.endswith(".json") or Path(model).is_file():
+        if not shapes:
+            raise InputShapeError(f"'{model}' is a symbol file: give its input shapes with --shape NAME=D1,D2,...")
+        return import_symbol(load_symbol_file(model), shapes, name=Path(model).stem)
+    if shapes:
+        raise InputShapeError(f"--shape applies to symbol files; zoo model '{model}' takes --batch/--seq-len")
+    built = build_model(model, options)
+    return import_symbol(built.symbol, built.shapes(), name=built.name)
