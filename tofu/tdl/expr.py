@@ -447,7 +447,7 @@ def call_lambda(fn: Callable, vars_: Sequence[Var]) -> ValueExpr:
 
 def _reduction(kind: str) -> Callable:
     def build(fn: Callable[..., ValueExpr], extents: Sequence[int] | None = None) -> Reduce:
-        vars_ = lambda_vars(fn, None, kind.capitalize())
+        vars_ = lambda_vars(fn, None if extents is None else len(extents), kind.capitalize())
         if not vars_:
             raise TDLError(f"{kind.capitalize()}(lambda: ...) needs at least one reduction variable")
         body = as_value(fn(*vars_))

@@ -1,0 +1,139 @@
+"""TDL descriptions of the convolution family: Convolution, Deconvolution (1-D, 2-D and 3-D, channels first).
+
+One spatial rank-generic form: output position ``x`` of a dimension reads input position
+``x*stride + dx*dilate - pad`` (:func:`window_index`, shared with pooling) through ``.at(..., fill=0.0)``, so
+zero padding is a fill value and every access stays affine in the index variables. Deconvolution (the
+transposed form) reads ``(y + pad - dy*dilate) // stride`` where that division is exact, else zero.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from operators_tdl.matmul import nary
+from tofu.errors import TDLError
+from tofu.tdl.describe import Case, tdl_op
+from tofu.tdl.expr import IndexExpr, IndexValue, Sum, TensorVar, Var, eq, where
+
+_SPATIAL_NAMES = {1: ("x",), 2: ("y", "x"), 3: ("z", "y", "x")}
+_LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}
+
+
+def spatial_params(op: str, data: TensorVar, layout: str | None, *tuples: tuple[int, ...]) -> int:
+    """The number of spatial dimensions of a channels-first ``data``; checks layout and tuple lengths."""
+    nd = data.ndim - 2
+    if nd not in _LAYOUTS:
+        raise TDLError(f"{op}: data of rank {data.ndim} (shape {data.shape}); only 1-D..3-D are described")
+    if layout not in (None, _LAYOUTS[nd]):
+        raise TDLError(f"{op}: layout {layout} is not described, only {_LAYOUTS[nd]}")
+    for t in tuples:
+        if len(t) not in (0, nd):
+            raise TDLError(f"{op}: attribute {t} does not have one entry per spatial dimension ({nd})")
+    return nd
+
+
+def per_dim(values: tuple[int, ...], nd: int, default: int) -> tuple[int, ...]:
+    """MXNet's per-dimension attribute, where an empty tuple means ``default`` everywhere."""
+    return values if values else (default,) * nd
+
+
+def window_names(nd: int) -> list[str]:
+    """Names of the window (kernel offset) variables: dx, or dy, dx, ..."""
+    return [f"d{n}" for n in _SPATIAL_NAMES[nd]]
+
+
+def window_index(xs: Sequence[Var], ds: Sequence[Var], stride: Sequence[int], dilate: Sequence[int],
+                 pad: Sequence[int]) -> tuple[IndexExpr, ...]:
+    """The input position ``x*stride + dx*dilate - pad`` of each spatial dimension."""
+    return tuple(x * s + d * r - p for x, d, s, r, p in zip(xs, ds, stride, dilate, pad))
+
+
+@dataclass(frozen=True)
+class ConvolutionAttrs:
+    kernel: tuple[int, ...]
+    num_filter: int
+    stride: tuple[int, ...] = ()
+    dilate: tuple[int, ...] = ()
+    pad: tuple[int, ...] = ()
+    num_group: int = 1
+    no_bias: bool = False
+    layout: str | None = None
+
+
+@tdl_op("Convolution", inputs=("data", "weight", "bias?"), attrs=ConvolutionAttrs, cases=[
+    Case(shapes=((2, 3, 9), (4, 3, 3), (4,)), attrs={"kernel": (3,), "num_filter": 4}),
+    Case(shapes=((2, 3, 10), (4, 3, 3), (4,)),
+         attrs={"kernel": (3,), "num_filter": 4, "stride": (2,), "pad": (2,), "dilate": (2,)}),
+    Case(shapes=((2, 3, 6, 5), (4, 3, 3, 3), (4,)),
+         attrs={"kernel": (3, 3), "num_filter": 4, "stride": (2, 2), "pad": (1, 1)}),
+    Case(shapes=((1, 4, 5, 6), (6, 2, 3, 2)),
+         attrs={"kernel": (3, 2), "num_filter": 6, "num_group": 2, "no_bias": True, "pad": (1, 0)}),
+])
+def convolution(data: TensorVar, weight: TensorVar, bias: TensorVar | None, attrs: ConvolutionAttrs):
+    """out[b, co, x..] = sum_{ci, dx..} data[b, g*Cg + ci, x*stride + dx*dilate - pad] * weight[co, ci, dx..]
+    + bias[co], zero-padded, with group g = co // (num_filter/num_group)  (MXNet NC(D)(H)W, weight O(I/g)..)."""
+    nd = spatial_params("Convolution", data, attrs.layout, attrs.kernel, attrs.stride, attrs.dilate, attrs.pad)
+    stride, dilate, pad = (per_dim(attrs.stride, nd, 1), per_dim(attrs.dilate, nd, 1), per_dim(attrs.pad, nd, 0))
+    in_per_group, out_per_group = data.shape[1] // attrs.num_group, attrs.num_filter // attrs.num_group
+    # the input channel read for output channel co; without groups it is the reduction variable itself
+    channel = (lambda co, ci: ci) if attrs.num_group == 1 else \
+        (lambda co, ci: (co // out_per_group) * in_per_group + ci)
+    with_bias = bias is not None and not attrs.no_bias
+
+    def out(b, co, *xs):
+        total = Sum(nary(["ci", *window_names(nd)], lambda v: (
+            data.at((b, channel(co, v[0]), *window_index(xs, v[1:], stride, dilate, pad)), fill=0.0)
+            * weight[(co, v[0], *v[1:])])))
+        return total + bias[co] if with_bias else total
+    return out
+
+
+@dataclass(frozen=True)
+class DeconvolutionAttrs:
+    kernel: tuple[int, ...]
+    num_filter: int
+    stride: tuple[int, ...] = ()
+    dilate: tuple[int, ...] = ()
+    pad: tuple[int, ...] = ()
+    adj: tuple[int, ...] = ()
+    target_shape: tuple[int, ...] = ()
+    num_group: int = 1
+    no_bias: bool = True
+    layout: str | None = None
+
+
+@tdl_op("Deconvolution", inputs=("data", "weight", "bias?"), attrs=DeconvolutionAttrs, cases=[
+    Case(shapes=((2, 3, 5), (3, 4, 3)), attrs={"kernel": (3,), "num_filter": 4}),
+    Case(shapes=((1, 2, 3, 4), (2, 3, 3, 3), (3,)),
+         attrs={"kernel": (3, 3), "num_filter": 3, "stride": (2, 2), "pad": (1, 1), "adj": (1, 0),
+                "no_bias": False}),
+    Case(shapes=((1, 4, 5), (4, 1, 2)),
+         attrs={"kernel": (2,), "num_filter": 2, "num_group": 2, "dilate": (2,), "stride": (2,)}),
+])
+def deconvolution(data: TensorVar, weight: TensorVar, bias: TensorVar | None, attrs: DeconvolutionAttrs):
+    """out[b, co, y..] = sum_{ci, dy..} data[b, ci, (y + pad - dy*dilate) / stride] * weight[ci, co', dy..]
+    + bias[co], where the division is exact and in range (MXNet: the gradient of Convolution; weight I(O/g)..)."""
+    nd = spatial_params("Deconvolution", data, attrs.layout, attrs.kernel, attrs.stride, attrs.dilate,
+                        attrs.pad)
+    stride, dilate = per_dim(attrs.stride, nd, 1), per_dim(attrs.dilate, nd, 1)
+    if attrs.target_shape:
+        raise TDLError("Deconvolution: target_shape is not described; give pad and adj instead")
+    pad = per_dim(attrs.pad, nd, 0)
+    in_per_group, out_per_group = data.shape[1] // attrs.num_group, attrs.num_filter // attrs.num_group
+    with_bias = bias is not None and not attrs.no_bias
+
+    def out(b, co, *ys):
+        group, co_in_group = (0, co) if attrs.num_group == 1 else (co // out_per_group, co % out_per_group)
+
+        def term(v):
+            ci, ds = v[0], v[1:]
+            offsets = [y + p - d * r for y, d, p, r in zip(ys, ds, pad, dilate)]
+            value = data.at((b, group * in_per_group + ci, *(o // s for o, s in zip(offsets, stride))), fill=0.0)
+            for o, s in zip(offsets, stride):   # positions between the strided inputs receive nothing
+                if s > 1:
+                    value = where(eq(IndexValue(o % s), 0), value, 0.0)
+            return value * weight[(group * in_per_group + ci, co_in_group, *ds)]
+
+        total = Sum(nary(["ci", *window_names(nd)], term), extents=(in_per_group, *weight.shape[2:]))
+        return total + bias[co] if with_bias else total
+    return out

@@ -1,0 +1,287 @@
+"""TDL descriptions of MXNet's element-wise operators: every output element reads the same-position input elements.
+
+Families (each op registered on its own, through a small factory per family):
+- activations: Activation (relu, sigmoid, tanh, softrelu, softsign), LeakyReLU (leaky, elu, selu, gelu,
+  prelu), Dropout (identity outside training);
+- unary math: relu, sigmoid, tanh, exp, log, sqrt, rsqrt, square, negative, abs, sign, reciprocal, log1p,
+  expm1, sin, cos, erf, softsign, _copy, BlockGrad, zeros_like, ones_like;
+- scalar ops: _plus_scalar, _minus_scalar, _rminus_scalar, _mul_scalar, _div_scalar, _rdiv_scalar,
+  _power_scalar, _maximum_scalar, _minimum_scalar;
+- binary: elemwise_add, elemwise_sub, elemwise_mul, elemwise_div;
+- broadcast: broadcast_add, broadcast_sub, broadcast_mul, broadcast_div, broadcast_maximum, broadcast_minimum;
+- others: add_n (variadic sum), clip, _zeros, _ones (no inputs).
+
+Broadcast operands are read with the constant index 0 along their extent-1 dimensions (right-aligned with
+the output, as MXNet pads the shorter shape with leading 1s).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from tofu.errors import TDLError
+from tofu.tdl.describe import Case, NoAttrs, tdl_op
+from tofu.tdl.expr import (TensorVar, ValueExpr, Var, abs_, cos, erf, exp, expm1, gt, log, log1p, maximum,
+                           minimum, reciprocal, relu, rsqrt, sigmoid, sign, sin, softrelu, sqrt, square, tanh,
+                           where)
+
+UnaryFn = Callable[[ValueExpr], ValueExpr]
+
+
+def _register(op: str, fn: Callable, doc: str, *, inputs: Sequence[str], cases: Sequence[Case],
+              attrs: type = NoAttrs) -> None:
+    """Registers ``fn`` under ``op`` with its own name (for error messages) and docstring."""
+    fn.__name__ = fn.__qualname__ = op.lstrip("_")
+    fn.__doc__ = doc
+    tdl_op(op, inputs=inputs, attrs=attrs, cases=cases)(fn)
+
+
+def _softsign(x: ValueExpr) -> ValueExpr:
+    return x / (1.0 + abs_(x))
+
+
+# ------------------------------------------------------------------------------------------- activations
+
+ACTIVATIONS: dict[str, UnaryFn] = {"relu": relu, "sigmoid": sigmoid, "tanh": tanh, "softrelu": softrelu,
+                                   "softsign": _softsign}
+
+
+@dataclass(frozen=True)
+class ActivationAttrs:
+    act_type: str
+
+
+@tdl_op("Activation", inputs=("data",), attrs=ActivationAttrs, cases=[
+    Case(shapes=((3, 4),), attrs={"act_type": "relu"}),
+    Case(shapes=((2, 3, 4),), attrs={"act_type": "sigmoid"}),
+    Case(shapes=((4, 5),), attrs={"act_type": "tanh"}),
+    Case(shapes=((2, 6),), attrs={"act_type": "softrelu"}),
+    Case(shapes=((2, 2, 3),), attrs={"act_type": "softsign"}),
+])
+def activation(data: TensorVar, attrs: ActivationAttrs):
+    """out[i] = act(data[i]), act one of relu, sigmoid, tanh, softrelu = log(1 + e^x), softsign = x / (1 + |x|)."""
+    if attrs.act_type not in ACTIVATIONS:
+        raise TDLError(f"Activation: act_type '{attrs.act_type}' is not one of {', '.join(ACTIVATIONS)}")
+    act = ACTIVATIONS[attrs.act_type]
+    return lambda *i: act(data[i])
+
+
+@dataclass(frozen=True)
+class LeakyReLUAttrs:
+    act_type: str = "leaky"
+    slope: float = 0.25
+
+
+SELU_ALPHA = 1.6732632423543772848170429916717
+SELU_LAMBDA = 1.0507009873554804934193349852946
+
+
+@tdl_op("LeakyReLU", inputs=("data", "gamma?"), attrs=LeakyReLUAttrs, cases=[
+    Case(shapes=((3, 4),)),
+    Case(shapes=((2, 3, 4),), attrs={"act_type": "leaky", "slope": 0.1}),
+    Case(shapes=((2, 3, 4),), attrs={"act_type": "elu", "slope": 0.3}),
+    Case(shapes=((3, 5),), attrs={"act_type": "selu"}),
+    Case(shapes=((3, 5),), attrs={"act_type": "gelu"}),
+    Case(shapes=((2, 3, 4), (3,)), attrs={"act_type": "prelu"}),
+    Case(shapes=((2, 3, 2, 2), (1,)), attrs={"act_type": "prelu"}),
+])
+def leaky_relu(data: TensorVar, gamma: TensorVar | None, attrs: LeakyReLUAttrs):
+    """out[i] = data[i] if data[i] > 0 else a negative branch: slope * x (leaky), slope * (e^x - 1) (elu),
+    gamma[channel] * x (prelu, channel = axis 1); selu and gelu (x * Phi(x))
+    are smooth. rrelu is not described (its second output, the random slope mask, is left unwritten outside
+    training)."""
+    kind = attrs.act_type
+
+    def negative_slope(i: tuple[Var, ...]) -> ValueExpr | float:
+        if kind == "leaky":
+            return attrs.slope
+        if gamma is None:
+            raise TDLError("LeakyReLU: act_type 'prelu' needs the gamma input")
+        return gamma[0] if gamma.shape[0] == 1 else gamma[i[1]]
+
+    if kind in ("leaky", "prelu"):
+        return lambda *i: where(gt(data[i], 0.0), data[i], negative_slope(i) * data[i])
+    if kind == "elu":
+        return lambda *i: where(gt(data[i], 0.0), data[i], attrs.slope * expm1(data[i]))
+    if kind == "selu":
+        return lambda *i: SELU_LAMBDA * where(gt(data[i], 0.0), data[i], SELU_ALPHA * expm1(data[i]))
+    if kind == "gelu":
+        return lambda *i: 0.5 * data[i] * (1.0 + erf(data[i] / math.sqrt(2.0)))
+    raise TDLError(f"LeakyReLU: act_type '{kind}' is not described")
+
+
+@dataclass(frozen=True)
+class DropoutAttrs:
+    p: float = 0.5
+    mode: str = "training"
+
+
+@tdl_op("Dropout", inputs=("data",), attrs=DropoutAttrs, cases=[
+    Case(shapes=((3, 4),), attrs={"p": 0.5}),
+    Case(shapes=((2, 3, 4),), attrs={"p": 0.2, "axes": (1,)}),
+])
+def dropout(data: TensorVar, attrs: DropoutAttrs):
+    """out[i] = data[i]: Dropout outside training (mode='training', the deterministic setting compared here).
+    In training it multiplies by a random mask / (1 - p); the mask is an opaque random input, not described."""
+    if attrs.mode == "always":
+        raise TDLError("Dropout: mode 'always' is random even at inference and is not described")
+    return lambda *i: data[i]
+
+
+# -------------------------------------------------------------------------------------------- unary math
+
+def _unary_op(op: str, fn: UnaryFn, formula: str, *, positive: bool = False) -> None:
+    """Registers ``op``: out[i] = fn(data[i]), with two cases (ranks 2 and 3)."""
+    pos = (0,) if positive else ()
+    _register(op, lambda data, attrs: (lambda *i: fn(data[i])), f"out[i] = {formula}   (element-wise).",
+              inputs=("data",), cases=[Case(shapes=((3, 4),), positive=pos), Case(shapes=((2, 3, 4),), positive=pos)])
+
+
+_unary_op("relu", relu, "max(data[i], 0)")
+_unary_op("sigmoid", sigmoid, "1 / (1 + exp(-data[i]))")
+_unary_op("tanh", tanh, "tanh(data[i])")
+_unary_op("softsign", _softsign, "data[i] / (1 + |data[i]|)")
+_unary_op("exp", exp, "exp(data[i])")
+_unary_op("log", log, "log(data[i])", positive=True)
+_unary_op("log1p", log1p, "log(1 + data[i])", positive=True)
+_unary_op("expm1", expm1, "exp(data[i]) - 1")
+_unary_op("sqrt", sqrt, "sqrt(data[i])", positive=True)
+_unary_op("rsqrt", rsqrt, "1 / sqrt(data[i])", positive=True)
+_unary_op("square", square, "data[i] ** 2")
+_unary_op("reciprocal", reciprocal, "1 / data[i]", positive=True)
+_unary_op("negative", lambda x: -x, "-data[i]")
+_unary_op("abs", abs_, "|data[i]|")
+_unary_op("sign", sign, "sign(data[i])")
+_unary_op("sin", sin, "sin(data[i])")
+_unary_op("cos", cos, "cos(data[i])")
+_unary_op("erf", erf, "erf(data[i])")
+_unary_op("_copy", lambda x: x, "data[i]  (identity)")
+_unary_op("BlockGrad", lambda x: x, "data[i]  (identity forward; stops the gradient)")
+_unary_op("zeros_like", lambda x: 0.0, "0  (shape of data)")
+_unary_op("ones_like", lambda x: 1.0, "1  (shape of data)")
+
+
+# -------------------------------------------------------------------------------------------- scalar ops
+
+@dataclass(frozen=True)
+class ScalarAttrs:
+    scalar: float = 1.0
+
+
+def _scalar_op(op: str, fn: Callable[[ValueExpr, float], ValueExpr], formula: str, *,
+               scalars: tuple[float, float] = (2.5, -0.75), positive: bool = False) -> None:
+    """Registers ``op``: out[i] = fn(data[i], scalar), with one case per scalar value."""
+    pos = (0,) if positive else ()
+    _register(op, lambda data, attrs: (lambda *i: fn(data[i], attrs.scalar)),
+              f"out[i] = {formula}   (element-wise, scalar attribute s).", inputs=("data",), attrs=ScalarAttrs,
+              cases=[Case(shapes=((3, 4),), attrs={"scalar": scalars[0]}, positive=pos),
+                     Case(shapes=((2, 3, 4),), attrs={"scalar": scalars[1]}, positive=pos)])
+
+
+_scalar_op("_plus_scalar", lambda x, s: x + s, "data[i] + s")
+_scalar_op("_minus_scalar", lambda x, s: x - s, "data[i] - s")
+_scalar_op("_rminus_scalar", lambda x, s: s - x, "s - data[i]")
+_scalar_op("_mul_scalar", lambda x, s: x * s, "data[i] * s")
+_scalar_op("_div_scalar", lambda x, s: x / s, "data[i] / s")
+_scalar_op("_rdiv_scalar", lambda x, s: s / x, "s / data[i]", positive=True)
+_scalar_op("_power_scalar", lambda x, s: x ** s, "data[i] ** s", scalars=(2.0, 0.5), positive=True)
+_scalar_op("_maximum_scalar", maximum, "max(data[i], s)", scalars=(0.1, -0.3))
+_scalar_op("_minimum_scalar", minimum, "min(data[i], s)", scalars=(0.1, -0.3))
+
+
+# ---------------------------------------------------------------------------------- binary and broadcast
+
+BinaryFn = Callable[[ValueExpr, ValueExpr], ValueExpr]
+
+
+def _elemwise_op(op: str, fn: BinaryFn, formula: str, *, positive_rhs: bool = False) -> None:
+    """Registers ``op``: out[i] = fn(lhs[i], rhs[i]) on equal shapes."""
+    pos = (1,) if positive_rhs else ()
+    _register(op, lambda lhs, rhs, attrs: (lambda *i: fn(lhs[i], rhs[i])),
+              f"out[i] = {formula}   (element-wise, equal shapes).", inputs=("lhs", "rhs"),
+              cases=[Case(shapes=((3, 4), (3, 4)), positive=pos), Case(shapes=((2, 3, 4), (2, 3, 4)), positive=pos)])
+
+
+_elemwise_op("elemwise_add", lambda a, b: a + b, "lhs[i] + rhs[i]")
+_elemwise_op("elemwise_sub", lambda a, b: a - b, "lhs[i] - rhs[i]")
+_elemwise_op("elemwise_mul", lambda a, b: a * b, "lhs[i] * rhs[i]")
+_elemwise_op("elemwise_div", lambda a, b: a / b, "lhs[i] / rhs[i]", positive_rhs=True)
+
+
+def broadcast_read(x: TensorVar, i: Sequence[Var]) -> ValueExpr:
+    """``x`` at output index ``i`` under NumPy-style broadcasting: dims right-aligned, extent-1 dims read at 0."""
+    lead = len(i) - x.ndim
+    return x[tuple(0 if n == 1 else v for n, v in zip(x.shape, i[lead:]))]
+
+
+BROADCAST_CASES = [
+    Case(shapes=((2, 3, 4), (2, 1, 4))),        # rhs broadcast along the middle dim
+    Case(shapes=((2, 1, 4), (1, 3, 1))),        # both sides broadcast, on different dims
+    Case(shapes=((1, 4), (3, 1))),              # outer product shape
+    Case(shapes=((2, 3, 4), (4,))),             # lower-rank rhs (padded with leading 1s)
+]
+
+
+def _broadcast_op(op: str, fn: BinaryFn, formula: str, *, positive_rhs: bool = False) -> None:
+    """Registers ``op``: out[i] = fn(lhs[i'], rhs[i'']) with broadcasting."""
+    cases = [Case(c.shapes, positive=(1,)) for c in BROADCAST_CASES] if positive_rhs else BROADCAST_CASES
+    _register(op, lambda lhs, rhs, attrs: (lambda *i: fn(broadcast_read(lhs, i), broadcast_read(rhs, i))),
+              f"out[i] = {formula}   (broadcasting: extent-1 and missing leading dims repeat).",
+              inputs=("lhs", "rhs"), cases=cases)
+
+
+_broadcast_op("broadcast_add", lambda a, b: a + b, "lhs[i] + rhs[i]")
+_broadcast_op("broadcast_sub", lambda a, b: a - b, "lhs[i] - rhs[i]")
+_broadcast_op("broadcast_mul", lambda a, b: a * b, "lhs[i] * rhs[i]")
+_broadcast_op("broadcast_div", lambda a, b: a / b, "lhs[i] / rhs[i]", positive_rhs=True)
+_broadcast_op("broadcast_maximum", maximum, "max(lhs[i], rhs[i])")
+_broadcast_op("broadcast_minimum", minimum, "min(lhs[i], rhs[i])")
+
+
+# ---------------------------------------------------------------------------------------------- others
+
+@dataclass(frozen=True)
+class AddNAttrs:
+    num_args: int
+
+
+@tdl_op("add_n", inputs=("*args",), attrs=AddNAttrs, cases=[
+    Case(shapes=((3, 4),) * 2, attrs={"num_args": 2}),
+    Case(shapes=((2, 3, 2),) * 4, attrs={"num_args": 4}),
+])
+def add_n(args: tuple[TensorVar, ...], attrs: AddNAttrs):
+    """out[i] = sum_k args[k][i] over the num_args inputs of equal shape (MXNet's ElementWiseSum)."""
+    return lambda *i: sum((a[i] for a in args[1:]), args[0][i])
+
+
+@dataclass(frozen=True)
+class ClipAttrs:
+    a_min: float
+    a_max: float
+
+
+@tdl_op("clip", inputs=("data",), attrs=ClipAttrs, cases=[
+    Case(shapes=((3, 4),), attrs={"a_min": -0.5, "a_max": 0.5}),
+    Case(shapes=((2, 3, 4),), attrs={"a_min": 0.0, "a_max": 1.5}),
+])
+def clip(data: TensorVar, attrs: ClipAttrs):
+    """out[i] = min(max(data[i], a_min), a_max)."""
+    return lambda *i: minimum(maximum(data[i], attrs.a_min), attrs.a_max)
+
+
+@dataclass(frozen=True)
+class FillAttrs:
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+
+
+def _fill_op(op: str, value: float) -> None:
+    """Registers ``op``: an input-less tensor of the ``shape`` attribute filled with ``value``."""
+    _register(op, lambda attrs: (lambda *i: value), f"out[i] = {value:g} for i in the attribute shape (no inputs).",
+              inputs=(), attrs=FillAttrs,
+              cases=[Case(shapes=(), attrs={"shape": (3, 4)}), Case(shapes=(), attrs={"shape": (2, 3, 1)})])
+
+
+_fill_op("_zeros", 0.0)
+_fill_op("_ones", 1.0)

@@ -1,0 +1,127 @@
+"""TDL descriptions of the linear-algebra and sorting family: _linalg_gemm2, _linalg_syrk,
+_linalg_sumlogdiag, sort, argsort.
+
+The batched matrix products and the log-determinant helper are plain reductions. Sorting is not
+expressible as an index mapping, so sort and argsort apply an ``Opaque`` numpy function to a whole line
+of the sorted axis: that axis cannot be partitioned, every other (batch) axis can.
+(``_linalg_potrf`` is not described: it needs symmetric positive-definite inputs, which the conformance
+cases cannot generate, and MXNet fails on the random normal inputs they use.)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from tofu.errors import TDLError
+from tofu.tdl.describe import Case, NoAttrs, tdl_op
+from tofu.tdl.expr import Opaque, Sum, TensorVar, ValueExpr, Var, log
+
+
+@dataclass(frozen=True)
+class Gemm2Attrs:
+    transpose_a: bool = False
+    transpose_b: bool = False
+    alpha: float = 1.0
+    axis: int = -2
+
+
+@tdl_op("_linalg_gemm2", inputs=("A", "B"), attrs=Gemm2Attrs, cases=[
+    Case(shapes=((3, 4), (4, 2))),
+    Case(shapes=((2, 4, 3), (2, 2, 4)), attrs={"transpose_a": True, "transpose_b": True, "alpha": 0.5}),
+    Case(shapes=((2, 3, 4), (2, 3, 2)), attrs={"transpose_a": True}),
+])
+def gemm2(a: TensorVar, b: TensorVar, attrs: Gemm2Attrs) -> Callable:
+    """out[..., i, j] = alpha * sum_k op(A)[..., i, k] * op(B)[..., k, j]  (op: optional transpose)."""
+    if attrs.axis != -2:
+        raise TDLError("_linalg_gemm2: only the default row axis (-2) is described")
+
+    def out(*o: Var) -> ValueExpr:
+        *batch, i, j = o
+        return attrs.alpha * Sum(lambda k: a[(*batch, k, i) if attrs.transpose_a else (*batch, i, k)]
+                                 * b[(*batch, j, k) if attrs.transpose_b else (*batch, k, j)])
+    return out
+
+
+@dataclass(frozen=True)
+class SyrkAttrs:
+    transpose: bool = False
+    alpha: float = 1.0
+
+
+@tdl_op("_linalg_syrk", inputs=("A",), attrs=SyrkAttrs, cases=[
+    Case(shapes=((3, 4),)),
+    Case(shapes=((2, 4, 3),), attrs={"transpose": True, "alpha": 2.0}),
+])
+def syrk(a: TensorVar, attrs: SyrkAttrs) -> Callable:
+    """out[..., i, j] = alpha * sum_k A[..., i, k] * A[..., j, k]  (transpose: A^T A instead of A A^T)."""
+    def out(*o: Var) -> ValueExpr:
+        *batch, i, j = o
+        if attrs.transpose:
+            return attrs.alpha * Sum(lambda k: a[(*batch, k, i)] * a[(*batch, k, j)])
+        return attrs.alpha * Sum(lambda k: a[(*batch, i, k)] * a[(*batch, j, k)])
+    return out
+
+
+@tdl_op("_linalg_sumlogdiag", inputs=("A",), cases=[
+    Case(shapes=((2, 3, 3),), positive=(0,)),
+    Case(shapes=((2, 2, 4, 4),), positive=(0,)),
+])
+def sumlogdiag(a: TensorVar, attrs: NoAttrs) -> Callable:
+    """out[...] = sum_i log A[..., i, i]."""
+    return lambda *batch: Sum(lambda i: log(a[(*batch, i, i)]))
+
+
+def _ascending(a: np.ndarray) -> np.ndarray:
+    return np.sort(a, axis=-1)
+
+
+def _descending(a: np.ndarray) -> np.ndarray:
+    return np.flip(np.sort(a, axis=-1), axis=-1)
+
+
+def _argascending(a: np.ndarray) -> np.ndarray:
+    return np.argsort(a, axis=-1, kind="stable")
+
+
+def _argdescending(a: np.ndarray) -> np.ndarray:
+    return np.argsort(-a, axis=-1, kind="stable")
+
+
+@dataclass(frozen=True)
+class SortAttrs:
+    axis: int | None = -1
+    is_ascend: bool = True
+
+
+def _along(x: TensorVar, attrs: SortAttrs, op: Opaque) -> Callable:
+    """out[..., j, ...] = op(x[..., :, ...])[j]: ``op`` applied to each line of ``axis`` (None: to the
+    flattened tensor, whose output is 1-D)."""
+    if attrs.axis is None:
+        flat = Opaque(op.name, lambda a: op.fn(a.reshape(*a.shape[:1], -1)))
+        return lambda j: flat(x[(slice(None),) * x.ndim])[j]
+    axis = attrs.axis % x.ndim
+
+    def out(*o: Var) -> ValueExpr:
+        return op(x[(*o[:axis], slice(None), *o[axis + 1:])])[o[axis]]
+    return out
+
+
+@tdl_op("sort", inputs=("data",), attrs=SortAttrs, cases=[
+    Case(shapes=((3, 5),)),
+    Case(shapes=((2, 4, 3),), attrs={"axis": 1, "is_ascend": False}),
+    Case(shapes=((2, 3),), attrs={"axis": None}),
+])
+def sort(data: TensorVar, attrs: SortAttrs) -> Callable:
+    """out[..., j, ...] = the j-th smallest (is_ascend) or largest of data[..., :, ...] along ``axis``."""
+    return _along(data, attrs, Opaque("sort", _ascending if attrs.is_ascend else _descending))
+
+
+@tdl_op("argsort", inputs=("data",), attrs=SortAttrs, cases=[
+    Case(shapes=((3, 5),)),
+    Case(shapes=((4, 2, 3),), attrs={"axis": 0, "is_ascend": False}),
+])
+def argsort(data: TensorVar, attrs: SortAttrs) -> Callable:
+    """out[..., j, ...] = position along ``axis`` of the j-th smallest (is_ascend) or largest element."""
+    return _along(data, attrs, Opaque("argsort", _argascending if attrs.is_ascend else _argdescending))
