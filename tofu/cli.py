@@ -110,8 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("inspect", help="ops, parameter bytes and training-memory estimate of a model")
     _model_args(p)
-    p.add_argument("--device-memory", type=parse_bytes, default=parse_bytes("12GB"),
-                   help="device memory to compare with (default 12GB)")
+    p.add_argument("--device-memory", type=parse_bytes, default=parse_bytes("12GiB"),
+                   help="device memory to compare with (default 12GiB)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(run=cmd_inspect)
 

@@ -48,6 +48,8 @@ def infer_op_shapes(op: str, attrs: Attrs | Mapping[str, str], input_shapes: Seq
             _, out, _ = sym.infer_shape(**shapes)
     except mx.base.MXNetError as e:
         raise InputShapeError(f"{op}: MXNet rejects input shapes {list(input_shapes)}: {first_line(e)}") from None
+    if out is None or any(s is None for s in out):
+        raise InputShapeError(f"{op}: MXNet cannot infer the output shapes from {list(input_shapes)}")
     return [tuple(s) for s in out]
 
 
