@@ -10,10 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from operators_tdl.matmul import nary
 from tofu.errors import TDLError
 from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import IndexExpr, IndexValue, Sum, TensorVar, Var, eq, where
+from tofu.tdl.expr import IndexExpr, IndexValue, Sum, TensorVar, Var, eq, where, nary
 
 _SPATIAL_NAMES = {1: ("x",), 2: ("y", "x"), 3: ("z", "y", "x")}
 _LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}

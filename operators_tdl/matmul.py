@@ -4,29 +4,15 @@ Each is one sum over the contracted index. Inputs of any rank keep one index var
 access stays affine: FullyConnected with ``flatten=True`` contracts one variable per flattened input dimension
 (the weight is read at their row-major combination), and N-d ``dot`` keeps the free dimensions of both operands.
 
-:func:`nary` (used by the other families too) builds a lambda whose number of parameters depends on a rank,
-because TDL's reductions take their variables from the lambda's parameters.
+``nary`` (tofu.tdl.expr) builds the reduction lambdas whose number of parameters depends on a rank.
 """
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import Sum, TensorVar, ValueExpr, Var
-
-
-def nary(names: Sequence[str], body: Callable[[tuple[Var, ...]], ValueExpr]) -> Callable[..., ValueExpr]:
-    """A lambda with one parameter per name, calling ``body`` with them as a tuple.
-
-    ``Sum(nary(["k1", "k2"], lambda ks: x[b, ks[0], ks[1]]))`` is ``Sum(lambda k1, k2: x[b, k1, k2])``
-    when the number of reduced dimensions is only known from the shapes.
-    """
-    fn = lambda *vs: body(tuple(vs))
-    fn.__signature__ = inspect.Signature(
-        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names])
-    return fn
+from tofu.tdl.expr import Sum, TensorVar, ValueExpr, Var, nary
 
 
 def row_major(indices: Sequence, shape: Sequence[int]):

@@ -10,10 +10,9 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from operators_tdl.matmul import nary
 from tofu.errors import TDLError
 from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import Computed, IndexExpr, Sum, TensorVar, compute, rsqrt, sqrt, square
+from tofu.tdl.expr import Computed, IndexExpr, Sum, TensorVar, compute, rsqrt, sqrt, square, uses, nary
 
 
 def _axis(op: str, axis: int, ndim: int) -> int:
@@ -78,9 +77,12 @@ def batch_norm(data: TensorVar, gamma: TensorVar, beta: TensorVar, moving_mean: 
         mean, var = _moments(data, axis, per_row=False)
     inv_std = lambda c: rsqrt(var[c] + attrs.eps)
     scale = (lambda c: inv_std(c)) if attrs.fix_gamma else (lambda c: inv_std(c) * gamma[c])
-    return (lambda *i: (data[i] - mean[i[axis]]) * scale(i[axis]) + beta[i[axis]],
-            lambda c: mean[c],
-            inv_std)
+    # the moving statistics are updated in place per channel (training) or read (use_global_stats)
+    channel = [f"i{axis}"]     # the statistics' variable is named like the output's channel variable
+    return (lambda *i: uses((data[i] - mean[i[axis]]) * scale(i[axis]) + beta[i[axis]],
+                            moving_mean[i[axis]], moving_var[i[axis]]),
+            nary(channel, lambda c: mean[c[0]]),
+            nary(channel, lambda c: inv_std(c[0])))
 
 
 @dataclass(frozen=True)

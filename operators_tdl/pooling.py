@@ -10,10 +10,9 @@ import math
 from dataclasses import dataclass
 
 from operators_tdl.conv import per_dim, spatial_params, window_index, window_names
-from operators_tdl.matmul import nary
 from tofu.errors import TDLError
 from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import NEG_INF, IndexValue, Max, Sum, TensorVar, ValueExpr, Var, ge, lt, maximum
+from tofu.tdl.expr import NEG_INF, IndexValue, Max, Sum, TensorVar, ValueExpr, Var, ge, lt, maximum, nary
 
 
 @dataclass(frozen=True)

@@ -10,13 +10,12 @@ negative axes count from the end.
 """
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tofu.errors import TDLError
 from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import Max, Min, Prod, Sum, TensorVar, ValueExpr, Var, abs_, sqrt, square
+from tofu.tdl.expr import Max, Min, Prod, Sum, TensorVar, ValueExpr, Var, abs_, sqrt, square, nary
 
 Reducer = Callable[..., ValueExpr]
 
@@ -40,14 +39,6 @@ def reduced_axes(ndim: int, axis: tuple[int, ...] | None, exclude: bool, op: str
     return tuple(d for d in range(ndim) if (d in listed) != exclude)
 
 
-def _with_arity(n: int, fn: Callable[..., ValueExpr]) -> Callable[..., ValueExpr]:
-    """``fn`` (taking ``*k``) presented as a lambda of exactly ``n`` parameters k0..k{n-1}: ``Sum`` and friends
-    name their variables after the parameters and cannot size a ``*k`` lambda themselves."""
-    fn.__signature__ = inspect.Signature(
-        [inspect.Parameter(f"k{j}", inspect.Parameter.POSITIONAL_ONLY) for j in range(n)])
-    return fn
-
-
 def reduction(data: TensorVar, axes: Sequence[int], keepdims: bool, reducer: Reducer,
               element: Callable[[ValueExpr], ValueExpr] = lambda v: v) -> Callable[..., ValueExpr]:
     """The output lambda ``out[o] = reducer_{k over axes} element(data[o with k on the reduced axes])``."""
@@ -64,7 +55,7 @@ def reduction(data: TensorVar, axes: Sequence[int], keepdims: bool, reducer: Red
 
     if not axes:
         return lambda *o: read(o, ())
-    return lambda *o: reducer(_with_arity(len(axes), lambda *k: read(o, k)))
+    return lambda *o: reducer(nary([f"k{j}" for j in range(len(axes))], lambda k: read(o, k)))
 
 
 def _count(data: TensorVar, axes: Sequence[int]) -> int:

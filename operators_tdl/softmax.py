@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from tofu.errors import TDLError
 from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import Max, Sum, TensorVar, ValueExpr, Var, compute, exp, log
+from tofu.tdl.expr import Max, Sum, TensorVar, ValueExpr, Var, compute, exp, log, uses
 
 
 def _reduce(reducer: Callable, n: int, body: Callable[[tuple[Var, ...]], ValueExpr]) -> ValueExpr:
@@ -86,12 +86,15 @@ class SoftmaxOutputAttrs:
 ])
 def softmax_output(data: TensorVar, label: TensorVar, attrs: SoftmaxOutputAttrs) -> Callable:
     """Forward: softmax of data (n, c, ...) over c (multi_output), over the last axis (preserve_shape), else
-    over all axes but the first (MXNet flattens to (n, -1)); the label only matters to the gradient."""
+    over all axes but the first (MXNet flattens to (n, -1)). The label (data's shape without the softmax axis;
+    n alone in the 2-D case) is read by the gradient only: declared with ``uses``."""
     if attrs.multi_output:
-        return _softmax(data, [1])
-    if attrs.preserve_shape:
-        return _softmax(data, [-1])
-    return _softmax(data, range(1, data.ndim))
+        out, label_dims = _softmax(data, [1]), lambda i: (i[0], *i[2:])
+    elif attrs.preserve_shape:
+        out, label_dims = _softmax(data, [-1]), lambda i: i[:-1]
+    else:
+        out, label_dims = _softmax(data, range(1, data.ndim)), lambda i: i[:max(1, data.ndim - 1)]
+    return lambda *i: uses(out(*i), label[label_dims(i)])
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,14 @@ if TYPE_CHECKING:
 REGISTRY: dict[str, "OpSpec"] = {}
 
 
-def register(op: str, spec: "OpSpec") -> None:
+def check_unregistered(op: str, source: str) -> None:
     if op in REGISTRY:
         raise DuplicateRegistrationError(f"operator '{op}' is described twice: in {REGISTRY[op].source} and "
-                                         f"in {spec.source}")
+                                         f"in {source}")
+
+
+def register(op: str, spec: "OpSpec") -> None:
+    check_unregistered(op, spec.source)
     REGISTRY[op] = spec
 
 

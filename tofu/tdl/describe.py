@@ -11,7 +11,9 @@ A description is one decorated function in ``operators_tdl/``::
         return lambda b, h: Sum(lambda k: data[b, k] * weight[h, k]) + (bias[h] if bias else 0.0)
 
 Input names ending in ``?`` are optional (absent ones arrive as None), a single ``*name`` takes any number
-of inputs (as a tuple). The function returns one lambda, or a tuple with one lambda per output.
+of inputs (as a tuple). The function returns one lambda, or a tuple with one lambda per output. A builder
+that declares a keyword parameter ``out_shapes`` receives the output shapes (from MXNet's shape inference),
+for operators such as Reshape whose semantics depends on them.
 """
 from __future__ import annotations
 
@@ -127,8 +129,12 @@ def tdl_op(op: str, *, inputs: Sequence[str], outputs: Sequence[str] = ("output"
             raise TDLError(f"{op} ({source}): attrs must be a frozen dataclass, got {attrs!r}")
         if any(x.startswith("*") for x in inputs) and len(inputs) != 1:
             raise TDLError(f"{op} ({source}): a variadic '*name' input must be the only input")
-        for name in (op, *aliases):
-            registry.register(name, OpSpec(name, tuple(inputs), tuple(outputs), attrs, fn, tuple(cases), source))
+        specs = [OpSpec(name, tuple(inputs), tuple(outputs), attrs, fn, tuple(cases), source)
+                 for name in (op, *aliases)]
+        for spec in specs:                  # all names are checked before any is registered
+            registry.check_unregistered(spec.op, spec.source)
+        for spec in specs:
+            registry.register(spec.op, spec)
         return fn
     return decorate
 
@@ -204,11 +210,13 @@ def describe(op: str, attrs: Attrs, input_shapes: Sequence[Shape], output_shapes
         typed = typed_attrs(spec.attrs_type, attrs, op)
         tensors = tuple(TensorVar(n, tuple(int(d) for d in s))
                         for n, s in zip(spec.input_names(len(input_shapes)), input_shapes))
+        extra = ({"out_shapes": tuple(tuple(s) for s in output_shapes)}
+                 if "out_shapes" in inspect.signature(spec.builder).parameters else {})
         if spec.inputs and spec.inputs[0].startswith("*"):
-            result = spec.builder(tensors, typed)
+            result = spec.builder(tensors, typed, **extra)
         else:
             padded = tensors + (None,) * (len(spec.inputs) - len(tensors))
-            result = spec.builder(*padded, typed)
+            result = spec.builder(*padded, typed, **extra)
         lambdas = result if isinstance(result, tuple) else (result,)
         if len(lambdas) < len(output_shapes):
             raise TDLError(f"the description returns {len(lambdas)} output lambdas, the node has "
@@ -219,9 +227,9 @@ def describe(op: str, attrs: Attrs, input_shapes: Sequence[Shape], output_shapes
             vars_ = lambda_vars(fn, len(shape), f"output '{name}'")
             outputs.append(OutputDef(name, tuple(int(d) for d in shape), vars_, call_lambda(fn, vars_)))
     except TDLError as e:
-        if str(e).startswith(op):
-            raise
-        raise TDLError(f"{where}: {e}") from None
+        message = str(e)
+        message = message[len(op) + 2:] if message.startswith(f"{op}: ") else message
+        raise TDLError(f"{where}: {message}") from None
     except TofuError:
         raise
     except Exception as e:   # a bug in the description itself: name it, keep the cause

@@ -52,7 +52,7 @@ class IndexExpr:
                 return _affine(self).scaled(c)
             raise TDLError(f"index ({self}) * ({other}) is a product of index variables and not affine")
         if not isinstance(other, int) or isinstance(other, bool):
-            raise TDLError(f"index {self} multiplied by {other!r}: index arithmetic takes integers only")
+            raise TDLError(f"index {self} multiplied by {other}: index arithmetic takes integers only")
         return _affine(self).scaled(other)
 
     __rmul__ = __mul__
@@ -74,7 +74,7 @@ class IndexExpr:
 
 def _check_divisor(e: IndexExpr, k, sym: str) -> None:
     if isinstance(k, IndexExpr) or not isinstance(k, int) or isinstance(k, bool) or k <= 0:
-        raise TDLError(f"index ({e}) {sym} {k!r} is not affine: the divisor must be a positive integer constant")
+        raise TDLError(f"index ({e}) {sym} {k} is not affine: the divisor must be a positive integer constant")
 
 
 @dataclass(frozen=True, eq=True)
@@ -277,6 +277,25 @@ class IndexValue(ValueExpr):
         return f"float({self.index})"
 
 
+@dataclass(frozen=True)
+class Uses(ValueExpr):
+    """The value of ``value``, declaring that the operator also reads ``reads`` (e.g. a label that only its
+    gradient uses, or moving statistics it updates in place): they count in the regions, not in the value."""
+
+    value: ValueExpr
+    reads: tuple["Access", ...]
+
+    def __str__(self) -> str:
+        return f"uses({self.value}; {', '.join(map(str, self.reads))})"
+
+
+def uses(value, *reads: "Access") -> Uses:
+    for r in reads:
+        if not isinstance(r, Access):
+            raise TDLError(f"uses(...): {r} is not a tensor access")
+    return Uses(as_value(value), tuple(reads))
+
+
 class _Full:
     """The ``:`` of a sliced access (only as an argument of an opaque function)."""
 
@@ -440,6 +459,18 @@ def lambda_vars(fn: Callable, rank: int | None, where: str) -> tuple[Var, ...]:
     return tuple(Var(n) for n in names)
 
 
+def nary(names: Sequence[str], body: Callable[[tuple[Var, ...]], object]) -> Callable:
+    """A lambda with one parameter per name, calling ``body`` with them as a tuple: for descriptions whose
+    number of index variables depends on the shapes, or whose variables need given names.
+
+    ``Sum(nary(["k1", "k2"], lambda ks: x[b, ks[0], ks[1]]))`` is ``Sum(lambda k1, k2: x[b, k1, k2])``.
+    """
+    fn = lambda *vs: body(tuple(vs))
+    fn.__signature__ = inspect.Signature(
+        [inspect.Parameter(n, inspect.Parameter.POSITIONAL_ONLY) for n in names])
+    return fn
+
+
 def call_lambda(fn: Callable, vars_: Sequence[Var]) -> ValueExpr:
     params = list(inspect.signature(fn).parameters.values())
     return as_value(fn(*vars_)) if params else as_value(fn())
@@ -502,6 +533,8 @@ def children(e: ValueExpr) -> tuple[ValueExpr, ...]:
         return (e.body,)
     if isinstance(e, OpaqueCall):
         return e.args
+    if isinstance(e, Uses):
+        return (e.value, *e.reads)
     raise TypeError(f"not a TDL value: {e!r}")
 
 

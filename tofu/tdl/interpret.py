@@ -7,14 +7,14 @@ Arithmetic is in float64.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
 from tofu.errors import TDLError
 from tofu.tdl.describe import OpDescription
 from tofu.tdl.expr import (FULL, Access, Affine, Binary, Compare, Computed, Const, FloorDiv, IndexExpr,
-                           IndexValue, Mod, OpaqueCall, Reduce, Select, TensorLike, Unary, ValueExpr, Var)
+                           IndexValue, Mod, OpaqueCall, Reduce, Select, TensorLike, Unary, Uses, ValueExpr, Var)
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
@@ -36,15 +36,18 @@ _COMPARE = {"gt": np.greater, "ge": np.greater_equal, "lt": np.less, "le": np.le
 _REDUCE = {"sum": np.sum, "max": np.max, "min": np.min, "prod": np.prod}
 
 
-def evaluate(desc: OpDescription, inputs: Sequence[np.ndarray]) -> tuple[np.ndarray, ...]:
+def evaluate(desc: OpDescription, inputs: Sequence[np.ndarray],
+             restrict: Mapping[Var, tuple[int, int]] | None = None) -> tuple[np.ndarray, ...]:
     """Evaluates every output of ``desc``.
 
     Args:
         desc: the instantiated description.
         inputs: one array per described input, with the described shapes.
+        restrict: optional inclusive ranges for some index variables (output or reduction variables): the
+            outputs are computed over those ranges only (one worker's part of a partition strategy).
 
     Returns:
-        One float64 array per output.
+        One float64 array per output (shrunk along restricted output variables).
 
     Raises:
         TDLError: an input has the wrong shape, or an access without ``fill`` reads outside its tensor.
@@ -57,18 +60,23 @@ def evaluate(desc: OpDescription, inputs: Sequence[np.ndarray]) -> tuple[np.ndar
         if a.shape != t.shape:
             raise TDLError(f"{desc.op}: input '{t.name}' has shape {a.shape}, the description expects {t.shape}")
         arrays[id(t)] = a
-    ev = _Evaluator(desc.op, arrays)
+    ev = _Evaluator(desc.op, arrays, restrict or {})
     return tuple(ev.tensor(o.vars, o.shape, o.body) for o in desc.outputs)
 
 
 class _Evaluator:
-    def __init__(self, op: str, arrays: dict[int, np.ndarray]):
+    def __init__(self, op: str, arrays: dict[int, np.ndarray], restrict: Mapping[Var, tuple[int, int]]):
         self.op = op
         self.arrays = arrays
+        self.restrict = restrict
+
+    def _range(self, v: Var, n: int) -> tuple[int, int]:
+        return self.restrict.get(v, (0, n - 1))
 
     def tensor(self, vars_: Sequence[Var], shape: Sequence[int], body: ValueExpr) -> np.ndarray:
-        dims = tuple(shape)
-        env = {v: _axis(k, n, len(dims)) for k, (v, n) in enumerate(zip(vars_, dims))}
+        ranges = [self._range(v, n) for v, n in zip(vars_, shape)]
+        dims = tuple(b - a + 1 for a, b in ranges)
+        env = {v: _axis(k, n, len(dims)) + a for k, (v, n, (a, _)) in enumerate(zip(vars_, dims, ranges))}
         return np.array(np.broadcast_to(self.value(body, env, dims), dims), dtype=np.float64)
 
     def source(self, t: TensorLike) -> np.ndarray:
@@ -99,14 +107,19 @@ class _Evaluator:
         if isinstance(e, Access):
             return self.access(e, env, dims)
         if isinstance(e, Reduce):
-            inner = dims + e.extents
+            ranges = [self._range(v, n) for v, n in zip(e.vars, e.extents)]
+            extents = tuple(b - a + 1 for a, b in ranges)
+            inner = dims + extents
             env2 = {v: _lift(a, len(inner)) for v, a in env.items()}
-            env2.update({v: _axis(nd + k, n, len(inner)) for k, (v, n) in enumerate(zip(e.vars, e.extents))})
+            env2.update({v: _axis(nd + k, n, len(inner)) + a
+                         for k, (v, n, (a, _)) in enumerate(zip(e.vars, extents, ranges))})
             body = self.value(e.body, env2, inner)
-            full = np.broadcast_to(body, body.shape[:nd] + e.extents)
+            full = np.broadcast_to(body, body.shape[:nd] + extents)
             return _REDUCE[e.kind](full, axis=tuple(range(nd, len(inner))))
         if isinstance(e, OpaqueCall):
             return self.opaque(e, env, dims)
+        if isinstance(e, Uses):
+            return self.value(e.value, env, dims)
         raise TDLError(f"{self.op}: cannot evaluate {e!r}")
 
     def index(self, e: IndexExpr, env: dict, dims: tuple[int, ...]) -> np.ndarray:

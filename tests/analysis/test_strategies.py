@@ -1,0 +1,258 @@
+"""Derived partition strategies, checked over the whole registry against independent references.
+
+* MXNet's own kernel, run on every worker's pieces with the derived attributes, reassembles the
+  unpartitioned kernel's output (for every strategy the kernel can run; the rest are listed by
+  experiments/analysis_report.py and excluded from plans).
+* Every strategy is sound: each worker's part, computed by the reference interpreter from inputs that are
+  NaN outside the worker's regions, is finite and equals the full output's part (or, combined, the output).
+* Regions equal brute-force enumeration of the elements the description touches (affine accesses), or
+  contain it (otherwise).
+"""
+import numpy as np
+import pytest
+
+from tofu import registry
+from tofu.analysis.shard import combine, run_shard, shard_call
+from tofu.analysis.strategies import PartialSum, Replicate, SplitDim, reduction_root, strategies
+from tofu.errors import AnalysisError
+from tofu.graph.attrs import Attrs
+from tofu.graph.single_op import infer_op_shapes, run_op
+from tofu.tdl.describe import describe
+from tofu.tdl.expr import FULL, Access, Affine, Computed, Var
+from tofu.tdl.interpret import _Evaluator, evaluate
+
+from tests.operators.test_conformance import random_inputs
+
+SPECS = registry.load_builtin_operators()
+CASES = [(op, i, case) for op, spec in sorted(SPECS.items()) for i, case in enumerate(spec.cases)]
+IDS = [f"{op}-{i}" for op, i, _ in CASES]
+
+
+def _describe(op, case):
+    attrs = case.parsed_attrs()
+    return attrs, describe(op, attrs, case.shapes, infer_op_shapes(op, attrs, case.shapes))
+
+
+def _close(got, expected, msg):
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5 * (1 + np.abs(expected).max()), err_msg=msg)
+
+
+def _kernel_calls(op, attrs, s, desc):
+    try:
+        return [shard_call(op, attrs, s, w, desc) for w in range(s.k)]
+    except AnalysisError:
+        return None
+
+
+@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("op,i,case", CASES, ids=IDS)
+def test_kernel_shards_reassemble_mxnet_output(op, i, case, k):
+    attrs, desc = _describe(op, case)
+    inputs = random_inputs(case, seed=1)
+    expected = run_op(op, attrs, inputs, train=case.train)
+    for s in strategies(desc, k):
+        calls = _kernel_calls(op, attrs, s, desc)
+        if calls is None:
+            continue
+        pieces = [run_shard(c, s, w, lambda a, xs: run_op(op, a, xs, train=case.train), inputs)
+                  for w, c in enumerate(calls)]
+        for o, e in enumerate(expected):
+            if isinstance(s.outputs[o], Replicate):
+                for p in pieces:
+                    _close(p[o], e, str(s))
+            else:
+                _close(combine(s, o, [p[o] for p in pieces]), e, str(s))
+
+
+def _worker_restrict(desc, s, w):
+    """The interpreter ranges of worker ``w``: its output boxes, or its share of the split reduction."""
+    restrict = {}
+    for o, out in enumerate(desc.outputs):
+        if isinstance(s.outputs[o], SplitDim):
+            d = s.outputs[o].dim
+            restrict[out.vars[d]] = s.output_regions[w][o].bounds[d]
+    if s.kind == "reduce":
+        root = reduction_root(desc.outputs[0].body)[0]
+        v = next(v for v in root.vars if v.name == s.var)
+        step = s.split_extent // s.k
+        restrict[v] = (w * step, (w + 1) * step - 1)
+    return restrict
+
+
+def _masked(inputs, s, w, ints):
+    out = []
+    for i, (x, region) in enumerate(zip(inputs, s.input_regions[w])):
+        m = np.full(x.shape, np.nan)
+        if region is not None:
+            m[region.slices()] = x[region.slices()]
+        if w > 0 and i in s.once_inputs:
+            m = np.where(np.isnan(m), np.nan, 0.0)
+        if i in ints and region is None:
+            m = np.zeros(x.shape)       # an unread index input: any valid value
+        out.append(m)
+    return out
+
+
+@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("op,i,case", CASES, ids=IDS)
+def test_every_strategy_computes_from_its_regions(op, i, case, k):
+    attrs, desc = _describe(op, case)
+    inputs = random_inputs(case, seed=2)
+    full = evaluate(desc, inputs)
+    ints = dict(case.ints)
+    for s in strategies(desc, k):
+        parts = [evaluate(desc, _masked(inputs, s, w, ints), _worker_restrict(desc, s, w)) for w in range(k)]
+        for o, expected in enumerate(full):
+            got = [p[o] for p in parts]
+            for w, g in enumerate(got):
+                assert np.isfinite(g).all() or not np.isfinite(expected).all(), \
+                    f"{s}: worker {w} reads outside its regions"
+            placement = s.outputs[o]
+            if isinstance(placement, Replicate):
+                for g in got:
+                    _close(g, expected, str(s))
+            elif isinstance(placement, PartialSum):
+                _close(combine(s, o, got), expected, str(s))
+            else:
+                for w, g in enumerate(got):
+                    _close(g, expected[s.output_regions[w][o].slices()], f"{s} worker {w}")
+
+
+class _Recorder(_Evaluator):
+    """The interpreter, recording the bounding box of the in-bounds elements each access reads; intermediate
+    tensors are evaluated only over the part that is read."""
+
+    def __init__(self, op, arrays, restrict, boxes, exact):
+        super().__init__(op, arrays, restrict)
+        self.boxes, self.exact = boxes, exact
+
+    def gather(self, acc, env, dims, extra=0):
+        nd = len(dims) + extra
+        idx, affine = [], True
+        for d, sub in enumerate(acc.index):
+            n = acc.tensor.shape[d]
+            if sub is FULL or not hasattr(sub, "__floordiv__") or not isinstance(sub, (Var, Affine)):
+                affine = False
+            if sub is FULL or not isinstance(sub, (Var, Affine)) or (isinstance(sub, Affine) and sub.linear() is None):
+                affine = False
+            if sub is FULL:
+                idx.append(np.arange(n).reshape([1] * d + [n] + [1] * (nd - d - 1)))
+            elif isinstance(sub, (Var, Affine)) or hasattr(sub, "k"):
+                idx.append(self.index(sub, env, dims).reshape(self.index(sub, env, dims).shape + (1,) * extra))
+            else:
+                idx.append(None)     # data-dependent: whole dimension
+                affine = False
+        grids = np.broadcast_arrays(*[i for i in idx if i is not None]) if any(i is not None for i in idx) else []
+        mask = np.ones(grids[0].shape if grids else (1,), dtype=bool)
+        it = iter(grids)
+        full = [next(it) if i is not None else None for i in idx]
+        for d, g in enumerate(full):
+            if g is not None:
+                mask &= (g >= 0) & (g < acc.tensor.shape[d])
+        box = []
+        for d, g in enumerate(full):
+            n = acc.tensor.shape[d]
+            if g is None:
+                box.append((0, n - 1))
+            elif mask.any():
+                box.append((int(g[mask].min()), int(g[mask].max())))
+        if isinstance(acc.tensor, Computed):
+            if mask.any():
+                self._compute_part(acc.tensor, box)
+        elif mask.any():
+            key = id(acc.tensor)
+            old = self.boxes.get(key)
+            self.boxes[key] = box if old is None else [(min(a, c), max(b, e)) for (a, b), (c, e) in zip(old, box)]
+            self.exact[key] = self.exact.get(key, True) and affine and not self.inside_computed
+        return super().gather(acc, env, dims, extra)
+
+    inside_computed = False
+
+    def _compute_part(self, t, box):
+        key = (id(t), tuple(box))
+        if key in getattr(self, "_done", set()):
+            return
+        self._done = getattr(self, "_done", set()) | {key}
+        sub = _Recorder(self.op, self.arrays, {**self.restrict, **dict(zip(t.vars, box))}, self.boxes, self.exact)
+        sub.inside_computed = True
+        part = sub.tensor(t.vars, t.shape, t.body)
+        arr = np.full(t.shape, np.nan)
+        arr[tuple(slice(a, b + 1) for a, b in box)] = part
+        prev = self.arrays.get(id(t))
+        self.arrays[id(t)] = arr if prev is None else np.where(np.isnan(arr), prev, arr)
+
+    def source(self, t):
+        if isinstance(t, Computed):
+            return self.arrays.get(id(t), np.full(t.shape, np.nan))
+        return super().source(t)
+
+
+@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("op,i,case", CASES, ids=IDS)
+def test_regions_equal_brute_force(op, i, case, k):
+    attrs, desc = _describe(op, case)
+    inputs = [x.astype(np.float64) for x in random_inputs(case, seed=3)]
+    for s in strategies(desc, k):
+        for w in range(k):
+            boxes, exact = {}, {}
+            arrays = {id(t): x for t, x in zip(desc.inputs, inputs)}
+            rec = _Recorder(op, arrays, _worker_restrict(desc, s, w), boxes, exact)
+            for out in desc.outputs:
+                rec.tensor(out.vars, out.shape, out.body)
+            for t, region in zip(desc.inputs, s.input_regions[w]):
+                brute = boxes.get(id(t))
+                if brute is None:
+                    continue     # never read in bounds (the derived region may still name a halo)
+                assert region is not None, f"{s} worker {w}: '{t.name}' is read but has no region"
+                derived = region.bounds
+                if exact.get(id(t)):
+                    assert list(derived) == brute, f"{s} worker {w} '{t.name}': derived {derived}, brute {brute}"
+                else:
+                    assert all(a <= c and e <= b for (a, b), (c, e) in zip(derived, brute)), \
+                        f"{s} worker {w} '{t.name}': derived {derived} does not contain {brute}"
+
+
+@pytest.mark.parametrize("stride,dilate,pad,hw", [((1, 1), (1, 1), (1, 1), 16), ((2, 2), (1, 1), (1, 1), 16),
+                                                  ((1, 2), (2, 1), (2, 1), 16), ((2, 1), (2, 2), (0, 2), 20)])
+@pytest.mark.parametrize("k", [2, 4])
+def test_convolution_split_on_height_and_width_with_halos(stride, dilate, pad, hw, k):
+    attrs = Attrs.of(kernel=(3, 3), stride=stride, dilate=dilate, pad=pad, num_filter=4)
+    shapes = [(2, 3, hw, hw), (4, 3, 3, 3), (4,)]
+    out_shapes = infer_op_shapes("Convolution", attrs, shapes)
+    assert all(n % k == 0 for n in out_shapes[0][2:])
+    desc = describe("Convolution", attrs, shapes, out_shapes)
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    expected = run_op("Convolution", attrs, inputs)[0]
+    spatial = [s for s in strategies(desc, k) if s.kind == "output" and s.outputs[0].dim >= 2]
+    assert {s.outputs[0].dim for s in spatial} == {2, 3}
+    for s in spatial:
+        calls = [shard_call("Convolution", attrs, s, w, desc) for w in range(k)]
+        assert any(any(p != (0, 0) for p in r.pad) for c in calls for r in c.regions), "no halo at the border"
+        pieces = [run_shard(c, s, w, lambda a, xs: run_op("Convolution", a, xs), inputs)[0]
+                  for w, c in enumerate(calls)]
+        _close(combine(s, 0, pieces), expected, str(s))
+
+
+# The strategies MXNet's kernel must be able to run for the zoo's operators (a regression guard).
+KERNEL_SPLITS = [
+    ("FullyConnected", Attrs.of(num_hidden=8), [(4, 6), (8, 6), (8,)], {"b", "h", "k"}),
+    ("Convolution", Attrs.of(kernel=(3, 3), pad=(1, 1), num_filter=4, no_bias=True),
+     [(2, 4, 8, 8), (4, 4, 3, 3)], {"b", "co", "xs0", "xs1", "ci"}),
+    ("Pooling", Attrs.of(kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="max"), [(2, 2, 8, 8)],
+     {"b", "c", "xs0", "xs1"}),
+    ("BatchNorm", Attrs.of(fix_gamma=False), [(2, 4, 3, 3), (4,), (4,), (4,), (4,)], {"i1"}),
+    ("SoftmaxOutput", Attrs(), [(4, 6), (4,)], {"i0"}),
+    ("Embedding", Attrs.of(input_dim=10, output_dim=4), [(4, 3), (10, 4)], {"o0", "o2"}),
+    ("Activation", Attrs.of(act_type="relu"), [(4, 6)], {"i0", "i1"}),
+    ("elemwise_add", Attrs(), [(4, 6), (4, 6)], {"i0", "i1"}),
+    ("SliceChannel", Attrs.of(num_outputs=4, axis=1), [(4, 8)], {"o0"}),
+    ("Concat", Attrs.of(num_args=2, dim=1), [(4, 2), (4, 6)], {"o0", "o1"}),
+]
+
+
+@pytest.mark.parametrize("op,attrs,shapes,names", KERNEL_SPLITS, ids=[c[0] for c in KERNEL_SPLITS])
+def test_zoo_operators_have_kernel_executable_strategies(op, attrs, shapes, names):
+    desc = describe(op, attrs, shapes, infer_op_shapes(op, attrs, shapes))
+    runnable = {s.var for s in strategies(desc, 2) if _kernel_calls(op, attrs, s, desc) is not None}
+    assert names <= runnable, f"{op}: kernel cannot run {sorted(names - runnable)}"

@@ -1,0 +1,271 @@
+"""Proof that MXNet's kernel, run on a worker's shard, computes that worker's part of the operator.
+
+Input: the operator's description at full shapes, a strategy, a worker, and a candidate kernel call (the
+shard's inputs, regions and attributes). Output: None when the call is proven right, else the reason.
+
+The kernel's meaning on the shard is the *same description instantiated at the shard's shapes and
+attributes*. The call is right when that description, with every shard index variable written as the full one minus
+the worker's offset, is the full description term by term:
+
+* every tensor access reads the same element: for each dimension, with the shard's coordinate
+  ``c_s`` of an input region starting at ``r`` (after ``p`` materialised halo), ``c_s + r - p`` equals the
+  full description's coordinate, as affine forms over the full index variables;
+* where the shard reads outside its piece, the full description reads outside the tensor, with the same fill;
+* reductions match kind and variables; the split reduction variable covers exactly the worker's range;
+* constants, functions and structure are identical (a divisor recomputed from the shard's shape, as in
+  average pooling over a partial window, makes the call wrong, and it is rejected);
+* intermediate tensors are compared by inlining their bodies at the accessed index.
+
+Checks are exact on affine indices and structural elsewhere (floor division, modulo), hence conservative.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from tofu.analysis.interval import Interval, bound, evaluate_index
+from tofu.analysis.strategies import PartitionStrategy, SplitDim, reduction_root
+from tofu.tdl.describe import OpDescription
+from tofu.tdl.expr import (FULL, Access, Affine, Binary, Compare, Computed, Const, FloorDiv, IndexExpr,
+                           IndexValue, Mod, OpaqueCall, Reduce, Select, Unary, Uses, ValueExpr, Var)
+
+
+class _Mismatch(Exception):
+    pass
+
+
+def substitute(e: IndexExpr, mapping: Mapping[Var, IndexExpr]) -> IndexExpr:
+    """``e`` with every variable replaced by its image (variables not in ``mapping`` are kept)."""
+    if isinstance(e, Var):
+        return mapping.get(e, e)
+    if isinstance(e, Affine):
+        out = Affine((), e.const)
+        for atom, c in e.terms:
+            out = out + substitute(atom, mapping) * c
+        return out
+    if isinstance(e, FloorDiv):
+        return FloorDiv(_as_affine(substitute(e.arg, mapping)), e.k)
+    if isinstance(e, Mod):
+        return Mod(_as_affine(substitute(e.arg, mapping)), e.k)
+    raise TypeError(e)
+
+
+def _correspond(vs: Var, vf: Var, offset: int, extent: int) -> tuple[IndexExpr, IndexExpr]:
+    """Images of a shard variable and its full counterpart in the full variables: ``vs = vf - offset``;
+    a variable of extent 1 is the constant it takes (0 on the shard, ``offset`` in full)."""
+    if extent == 1:
+        return Affine((), 0), Affine((), offset)
+    return Affine(((vf, 1),), -offset), Affine(((vf, 1),), 0)
+
+
+def _as_affine(e: IndexExpr) -> Affine:
+    return e if isinstance(e, Affine) else Affine(((e, 1),), 0)
+
+
+def kernel_mismatch(full: OpDescription, shard: OpDescription, strategy: PartitionStrategy, worker: int,
+                    inputs: tuple[int, ...], padded: bool) -> str | None:
+    """Why the shard description is not the worker's part of the full one (None: it is).
+
+    Args:
+        full: the operator at full shapes.
+        shard: the operator at the shard's shapes and attributes (what the kernel computes).
+        strategy, worker: the worker's regions and output boxes.
+        inputs: for each shard input, the full input it is a piece of.
+        padded: the pieces include their halos.
+    """
+    if len(shard.outputs) < len(full.outputs):
+        return "the kernel has fewer outputs"
+    checker = _Checker(full, shard, strategy, worker, inputs, padded)
+    try:
+        for o, (fo, so) in enumerate(zip(full.outputs, shard.outputs)):
+            placement = strategy.outputs[o]
+            box = strategy.output_regions[worker][o]
+            sub_s: dict[Var, IndexExpr] = {}
+            sub_f: dict[Var, IndexExpr] = {}
+            env_s: dict[Var, Interval] = {}
+            for d, (vs, vf) in enumerate(zip(so.vars, fo.vars)):
+                offset = box.bounds[d][0] if isinstance(placement, SplitDim) else 0
+                sub_s[vs], sub_f[vf] = _correspond(vs, vf, offset, so.shape[d])
+                env_s[vs] = Interval.const(0, so.shape[d] - 1)
+                checker.ranges[vf] = Interval.const(offset, offset + so.shape[d] - 1)
+            checker.value(so.body, fo.body, sub_s, sub_f, env_s)
+    except _Mismatch as e:
+        return str(e)
+    return None
+
+
+class _Checker:
+    def __init__(self, full, shard, strategy, worker, inputs, padded):
+        self.full, self.shard, self.s, self.w = full, shard, strategy, worker
+        self.piece = {id(t): i for t, i in zip(shard.inputs, inputs)}
+        self.index_of = {id(t): i for i, t in enumerate(full.inputs)}
+        self.padded = padded
+        self.regions = strategy.input_regions[worker]
+        self.ranges: dict[Var, Interval] = {}     # full index variable -> the worker's range of it
+        self.split_var = None             # the full description's reduction variable a reduce strategy splits
+        if strategy.kind == "reduce":
+            root = reduction_root(full.outputs[0].body)
+            self.split_var = next((v for v in root[0].vars if v.name == strategy.var), None) if root else None
+
+    def value(self, es: ValueExpr, ef: ValueExpr, sub_s, sub_f, env_s) -> None:
+        if isinstance(ef, Select) and not isinstance(es, Select):
+            branch = self._decide(ef.cond, sub_f)
+            if branch is not None:      # the full operator's choice is fixed on this worker's range
+                return self.value(es, ef.then if branch else ef.other, sub_s, sub_f, env_s)
+        if isinstance(es, Uses) and isinstance(ef, Uses):
+            if len(es.reads) != len(ef.reads):
+                raise _Mismatch("declared reads differ")
+            for a, b in zip(es.reads, ef.reads):
+                self.access(a, b, sub_s, sub_f, env_s)
+            return self.value(es.value, ef.value, sub_s, sub_f, env_s)
+        if type(es) is not type(ef):
+            if isinstance(es, Access) and isinstance(es.tensor, Computed) or \
+               isinstance(ef, Access) and isinstance(ef.tensor, Computed):
+                raise _Mismatch("an intermediate tensor differs")
+            raise _Mismatch(f"{es} differs from {ef}")
+        if isinstance(es, Const):
+            if es.value != ef.value:
+                raise _Mismatch(f"constant {es.value} on the shard, {ef.value} in full (shape-dependent)")
+            return
+        if isinstance(es, Unary):
+            self._same(es.fn, ef.fn)
+            return self.value(es.arg, ef.arg, sub_s, sub_f, env_s)
+        if isinstance(es, Compare) and _index_vs_const(es) and _index_vs_const(ef) and es.fn == ef.fn:
+            # index <op> c: compare index - c (a shard's bound moves with its offset)
+            return self._index(es.lhs.index - int(es.rhs.value), ef.lhs.index - int(ef.rhs.value), sub_s, sub_f, 0)
+        if isinstance(es, (Binary, Compare)):
+            self._same(es.fn, ef.fn)
+            self.value(es.lhs, ef.lhs, sub_s, sub_f, env_s)
+            return self.value(es.rhs, ef.rhs, sub_s, sub_f, env_s)
+        if isinstance(es, Select):
+            for a, b in ((es.cond, ef.cond), (es.then, ef.then), (es.other, ef.other)):
+                self.value(a, b, sub_s, sub_f, env_s)
+            return
+        if isinstance(es, IndexValue):
+            return self._index(es.index, ef.index, sub_s, sub_f, 0)
+        if isinstance(es, Reduce):
+            return self.reduce(es, ef, sub_s, sub_f, env_s)
+        if isinstance(es, OpaqueCall):
+            self._same(es.name, ef.name)
+            if len(es.args) != len(ef.args) or len(es.index) != len(ef.index):
+                raise _Mismatch(f"opaque {es.name} differs")
+            for a, b in zip(es.args, ef.args):
+                self.access(a, b, sub_s, sub_f, env_s)
+            for a, b in zip(es.index, ef.index):
+                self._index(a, b, sub_s, sub_f, 0)
+            return
+        if isinstance(es, Access):
+            return self.access(es, ef, sub_s, sub_f, env_s)
+        raise _Mismatch(f"cannot compare {es!r}")
+
+    def reduce(self, es: Reduce, ef: Reduce, sub_s, sub_f, env_s) -> None:
+        if es.kind != ef.kind or len(es.vars) != len(ef.vars):
+            raise _Mismatch(f"reduction {es.kind} differs from {ef.kind}")
+        sub_s, sub_f, env_s = dict(sub_s), dict(sub_f), dict(env_s)
+        for vs, vf, ns, nf in zip(es.vars, ef.vars, es.extents, ef.extents):
+            lo, hi = self._reduce_range(vf, nf)
+            if ns != hi - lo + 1:
+                raise _Mismatch(f"reduction over {vs} has extent {ns} on the shard, {hi - lo + 1} needed")
+            sub_s[vs], sub_f[vf] = _correspond(vs, vf, lo, ns)
+            env_s[vs] = Interval.const(0, ns - 1)
+            self.ranges[vf] = Interval.const(lo, hi)
+        self.value(es.body, ef.body, sub_s, sub_f, env_s)
+
+    def _reduce_range(self, vf: Var, extent: int) -> tuple[int, int]:
+        """The full-coordinate range a worker covers of reduction variable ``vf``."""
+        if vf == self.split_var:
+            step = extent // self.s.k
+            return self.w * step, (self.w + 1) * step - 1
+        return 0, extent - 1
+
+    def access(self, es: Access, ef: Access, sub_s, sub_f, env_s) -> None:
+        if isinstance(es.tensor, Computed) or isinstance(ef.tensor, Computed):
+            if not (isinstance(es.tensor, Computed) and isinstance(ef.tensor, Computed)):
+                raise _Mismatch("an intermediate tensor differs")
+            # inline: the computed body at the accessed index
+            inner_s = {v: substitute(i, sub_s) for v, i in zip(es.tensor.vars, es.index)}
+            inner_f = {v: substitute(i, sub_f) for v, i in zip(ef.tensor.vars, ef.index)}
+            env_inner = {v: bound(i, env_s) for v, i in zip(es.tensor.vars, es.index)}
+            return self.value(es.tensor.body, ef.tensor.body, inner_s, inner_f, env_inner)
+        i_full = self.piece.get(id(es.tensor))
+        if i_full is None or self.index_of.get(id(ef.tensor)) != i_full:
+            raise _Mismatch(f"{es} reads another input than {ef}")
+        region = self.regions[i_full]
+        for d, (a, b) in enumerate(zip(es.index, ef.index)):
+            n_shard, n_full = es.tensor.shape[d], ef.tensor.shape[d]
+            lo, pad = region.bounds[d][0], (region.pad[d][0] if self.padded else 0)
+            delta = lo - pad
+            if a is FULL or b is FULL or isinstance(a, ValueExpr) or isinstance(b, ValueExpr):
+                if (a is FULL) != (b is FULL) or delta != 0 or n_shard != n_full:
+                    raise _Mismatch(f"dimension {d} of {es} is not whole on the shard")
+                if isinstance(a, ValueExpr) or isinstance(b, ValueExpr):
+                    if not (isinstance(a, ValueExpr) and isinstance(b, ValueExpr)):
+                        raise _Mismatch(f"{es} and {ef} index dimension {d} differently")
+                    self.value(a, b, sub_s, sub_f, env_s)
+                continue
+            self._index(a, b, sub_s, sub_f, delta)
+            # reads outside the shard's piece must be reads outside the tensor, with the same fill
+            iv = bound(a, env_s)
+            if iv.lower is None or iv.upper is None:
+                continue
+            r0 = evaluate_index(iv.lower, {})
+            r1 = evaluate_index(iv.upper, {})
+            if r0 < 0 and -1 + delta >= 0:
+                raise _Mismatch(f"{es} reads before its piece where the tensor has data")
+            if r1 > n_shard - 1 and n_shard + delta <= n_full - 1:
+                raise _Mismatch(f"{es} reads past its piece where the tensor has data")
+            if (r0 < 0 or r1 > n_shard - 1 or (self.padded and region.pad[d] != (0, 0))) and es.fill != ef.fill:
+                if not (self.padded and es.fill is None and region.pad[d] == (0, 0)):
+                    raise _Mismatch(f"{es} pads with {es.fill}, the full access with {ef.fill}")
+
+    def _decide(self, cond: ValueExpr, sub_f) -> bool | None:
+        """The value of ``index <op> constant`` over the worker's range, when it does not vary."""
+        if not (isinstance(cond, Compare) and isinstance(cond.lhs, IndexValue) and isinstance(cond.rhs, Const)):
+            return None
+        iv = bound(substitute(cond.lhs.index, sub_f), self.ranges)
+        if iv.lower is None or iv.upper is None:
+            return None
+        a, b = evaluate_index(iv.lower, {}), evaluate_index(iv.upper, {})
+        c = cond.rhs.value
+        test = {"lt": lambda x: x < c, "le": lambda x: x <= c, "gt": lambda x: x > c, "ge": lambda x: x >= c}
+        if cond.fn not in test:
+            return None
+        ta, tb = test[cond.fn](a), test[cond.fn](b)
+        return ta if ta == tb else None
+
+    def _index(self, a: IndexExpr, b: IndexExpr, sub_s, sub_f, delta: int) -> None:
+        left = _as_affine(substitute(a, sub_s)) + delta
+        right = _as_affine(substitute(b, sub_f))
+        if _canonical(left) != _canonical(right):
+            raise _Mismatch(f"index {a} on the shard is {left}, the full operator reads {right}")
+
+    @staticmethod
+    def _same(x, y) -> None:
+        if x != y:
+            raise _Mismatch(f"{x} differs from {y}")
+
+
+def _index_vs_const(e: Compare) -> bool:
+    return isinstance(e.lhs, IndexValue) and isinstance(e.rhs, Const) and float(e.rhs.value).is_integer()
+
+
+def _canonical(e: Affine):
+    e = normalize(e)
+    return (frozenset((a, c) for a, c in e.terms if c), e.const)
+
+
+def normalize(e: IndexExpr) -> Affine:
+    """Pulls multiples of k out of floor divisions and moduli: (a + q k) // k = a // k + q, (a + q k) % k = a % k."""
+    e = _as_affine(e)
+    out = Affine((), e.const)
+    for atom, c in e.terms:
+        if isinstance(atom, (FloorDiv, Mod)):
+            arg = normalize(atom.arg)
+            q, r = divmod(arg.const, atom.k)
+            inner = Affine(arg.terms, r)
+            if isinstance(atom, FloorDiv):
+                out = out + (Affine(((FloorDiv(inner, atom.k), 1),), q) if inner.terms else Affine((), r // atom.k + q)) * c
+            else:
+                out = out + (Affine(((Mod(inner, atom.k), 1),), 0) if inner.terms else Affine((), r)) * c
+        else:
+            out = out + Affine(((atom, 1),), 0) * c
+    return out

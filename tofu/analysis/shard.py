@@ -1,0 +1,207 @@
+"""Running one worker's shard with MXNet's own kernel: its input pieces and the attributes that change.
+
+Input: an operator (name, attributes), a :class:`~tofu.analysis.strategies.PartitionStrategy` and a worker.
+Output: a :class:`ShardCall`: for every input, the region to read and whether to materialise its padding
+(halo past the tensor's border, filled with the access's fill value), and the attributes for the shard.
+
+Nothing here is written per operator. The attributes are found by asking MXNet's shape inference which
+rewrite of the original attributes makes the kernel produce exactly the shard's output shapes from the
+shard's input shapes, trying in order of fewest changes:
+
+* an integer attribute equal to the full extent of an output dimension that the shard shrinks takes the
+  shard's extent (``num_hidden``, ``num_filter``, ``output_dim``);
+* an integer attribute equal to the number of inputs takes the number of inputs the shard reads (``num_args``);
+* a tuple attribute equal to the full output shape takes the shard's (``shape`` of ``_zeros``);
+* with materialised halos, a tuple attribute of padding amounts becomes all zeros (the kernel must not pad
+  again: a convolution split along its width reads a halo instead).
+
+The strategy tests then check the numbers: the combined shard outputs must equal the unpartitioned output.
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from tofu.analysis.equivalence import kernel_mismatch
+from tofu.analysis.strategies import PartitionStrategy, Region
+from tofu.tdl.describe import OpDescription, describe
+from tofu.errors import AnalysisError, TofuError
+from tofu.graph.attrs import Attrs, AttrValue
+from tofu.graph.single_op import infer_op_shapes
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class ShardCall:
+    """One worker's kernel call: which inputs (by position) it reads, from which regions, and its attributes.
+
+    ``padded``: read each region including its halo (filled with the input's fill value).
+    ``zeroed``: inputs passed as zeros (terms that partition-n-reduce counts on worker 0 only).
+    """
+
+    inputs: tuple[int, ...]
+    regions: tuple[Region, ...]
+    padded: bool
+    zeroed: tuple[int, ...]
+    attrs: Attrs
+    crop: bool = False            # the kernel computes the whole output; keep this worker's box
+
+    def input_shapes(self) -> tuple[Shape, ...]:
+        return tuple(r.padded_shape if self.padded else r.shape for r in self.regions)
+
+
+def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
+               full: OpDescription | None = None) -> ShardCall:
+    """How ``worker`` runs MXNet's kernel of ``op`` under ``strategy``.
+
+    Inputs the description never reads (BatchNorm's moving statistics in training) are either dropped (with
+    ``num_args``-like attributes following) or passed whole, as the kernel's signature demands. When the
+    regions are whole along the split (a fallback region), the kernel computes the whole output and the
+    worker keeps its box (``crop``).
+
+    Raises:
+        AnalysisError: no rewrite of the attributes makes MXNet's kernel produce the shard's shapes.
+    """
+    if full is None:
+        full = describe(op, attrs, strategy.input_shapes, _full_output_shapes(strategy))
+    rejected: list[str] = []
+    regions = strategy.input_regions[worker]
+    wanted = tuple(r.shape for r in strategy.output_regions[worker])
+    full_out = tuple(_full_output_shapes(strategy))
+    zeroed = tuple(strategy.once_inputs) if worker > 0 else ()
+    has_halo = any(r is not None and any(p != (0, 0) for p in r.pad) for r in regions)
+    whole = tuple(Region(tuple((0, n - 1) for n in shape), tuple((0, 0) for _ in shape))
+                  for shape in strategy.input_shapes)
+    layouts = [tuple(i for i, r in enumerate(regions) if r is not None)]
+    if len(layouts[0]) < len(regions):
+        layouts.append(tuple(range(len(regions))))
+    for padded in ((True, False) if has_halo else (False,)):
+        for present in layouts:
+            used = tuple(regions[i] if regions[i] is not None else whole[i] for i in present)
+            shapes = tuple(r.padded_shape if padded else r.shape for r in used)
+            for crop, target in ((False, wanted), (True, full_out)):
+                if crop and target == wanted:
+                    continue
+                for candidate in _candidates(attrs, target, full_out, len(regions), len(present), padded):
+                    try:
+                        got = infer_op_shapes(op, candidate, shapes)
+                    except TofuError:
+                        continue
+                    if tuple(got[:len(target)]) != target:
+                        continue
+                    call = ShardCall(present, used, padded, zeroed, candidate, crop)
+                    reason = _verify(op, attrs, full, strategy, worker, call, got)
+                    if reason is None:
+                        return call
+                    rejected.append(reason)
+    why = f": {rejected[0]}" if rejected else ": no attributes give the shard's shapes"
+    raise AnalysisError(f"MXNet's kernel cannot run worker {worker}'s shard of {strategy}{why}")
+
+
+def _verify(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionStrategy, worker: int, call: ShardCall,
+            out_shapes) -> str | None:
+    """None when the kernel provably computes the worker's part (see :mod:`tofu.analysis.equivalence`)."""
+    if call.crop:
+        whole = all(r.shape == t.shape and r.pad == tuple((0, 0) for _ in r.pad) for r, t in
+                    zip(call.regions, (full.inputs[i] for i in call.inputs)))
+        ok = whole and call.attrs == attrs and len(call.inputs) == len(full.inputs)
+        return None if ok else "cropping needs the whole inputs and the original attributes"
+    try:
+        shard = describe(op, call.attrs, call.input_shapes(), out_shapes)
+    except TofuError as e:
+        return f"the shard's attributes are not describable: {e}"
+    return kernel_mismatch(full, shard, strategy, worker, call.inputs, call.padded)
+
+
+def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Shape], n_inputs: int,
+                n_present: int, padded: bool):
+    """Attribute sets to try, fewest changes first."""
+    options: list[list[tuple[str, AttrValue]]] = []
+    for name, value in attrs.items():
+        alts: list[AttrValue] = []
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value == n_inputs:           # an input count (num_args) follows the inputs, nothing else
+                if n_present != n_inputs:
+                    alts.append(n_present)
+            else:
+                for fs, ws in zip(full_shapes, wanted):
+                    for a, b in zip(fs, ws):
+                        if a != b and value == a and b not in alts:
+                            alts.append(b)
+                if value != 0:
+                    alts.append(0)          # an offset into the sliced input (begin)
+        elif isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
+            for fs, ws in zip(full_shapes, wanted):
+                if value == tuple(fs) and tuple(ws) != tuple(fs):
+                    alts.append(tuple(ws))
+            if any(value) and all(v >= 0 for v in value):
+                alts.append(tuple(0 for _ in value))   # padding the halo now provides, or offsets
+        options.append([(name, a) for a in alts])
+    changeable = [o for o in options if o]
+    yielded = 0
+    for r in range(len(changeable) + 1):
+        for subset in itertools.combinations(changeable, r):
+            for choice in itertools.product(*subset):
+                values = dict(attrs.items())
+                values.update(dict(choice))
+                yield Attrs.of(**values)
+                yielded += 1
+                if yielded > 256:
+                    return
+
+
+def _full_output_shapes(strategy: PartitionStrategy) -> list[Shape]:
+    """The unpartitioned output shapes: the hull of all workers' output regions."""
+    shapes = []
+    for o in range(len(strategy.output_regions[0])):
+        regions = [w[o] for w in strategy.output_regions]
+        shapes.append(tuple(max(r.bounds[d][1] for r in regions) + 1 for d in range(len(regions[0].bounds))))
+    return shapes
+
+
+def take_region(array: np.ndarray, region: Region, padded: bool, fill: float | None) -> np.ndarray:
+    """The part of ``array`` in ``region``; with ``padded``, its halo filled with ``fill`` around it."""
+    piece = array[region.slices()]
+    if padded and any(p != (0, 0) for p in region.pad):
+        piece = np.pad(piece, region.pad, constant_values=0.0 if fill is None else fill)
+    return piece
+
+
+def run_shard(call: ShardCall, strategy: PartitionStrategy, worker: int, kernel, inputs: Sequence[np.ndarray]):
+    """``kernel(attrs, arrays)`` on one worker's pieces, cropped to the worker's output boxes if needed."""
+    outs = kernel(call.attrs, shard_inputs(call, inputs, strategy.fills))
+    if call.crop:
+        outs = [o[r.slices()] for o, r in zip(outs, strategy.output_regions[worker])]
+    return outs
+
+
+def shard_inputs(call: ShardCall, inputs: Sequence[np.ndarray], fills: Sequence[float | None]) -> list[np.ndarray]:
+    """The arrays one worker passes to the kernel."""
+    out = []
+    for i, region in zip(call.inputs, call.regions):
+        piece = take_region(inputs[i], region, call.padded, fills[i])
+        out.append(np.zeros_like(piece) if i in call.zeroed else piece)
+    return out
+
+
+_REDUCERS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+
+
+def combine(strategy: PartitionStrategy, output: int, pieces: Sequence[np.ndarray]) -> np.ndarray:
+    """The full output ``output`` from every worker's piece: placed by region, or reduced."""
+    from tofu.analysis.strategies import PartialSum, Replicate
+
+    placement = strategy.outputs[output]
+    if isinstance(placement, PartialSum):
+        return _REDUCERS[placement.reducer].reduce(np.stack(pieces), axis=0)
+    if isinstance(placement, Replicate):
+        return pieces[0]
+    shape = _full_output_shapes(strategy)[output]
+    full = np.empty(shape, dtype=pieces[0].dtype)
+    for w, piece in enumerate(pieces):
+        full[strategy.output_regions[w][output].slices()] = piece
+    return full
