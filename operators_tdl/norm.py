@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_op
+from tofu.tdl.describe import Case, tdl_expansion, tdl_op
 from tofu.tdl.expr import Computed, IndexExpr, Sum, TensorVar, compute, rsqrt, sqrt, square, uses, nary
 
 
@@ -83,6 +83,34 @@ def batch_norm(data: TensorVar, gamma: TensorVar, beta: TensorVar, moving_mean: 
                             moving_mean[i[axis]], moving_var[i[axis]]),
             nary(channel, lambda c: mean[c[0]]),
             nary(channel, lambda c: inv_std(c[0])))
+
+
+@tdl_expansion("BatchNorm")
+def batch_norm_exchange(pieces, shapes, attrs: BatchNormAttrs, allreduce):
+    """BatchNorm on shards of any non-channel dimensions, with MXNet operators: each worker sums its shard
+    per channel, the sums are all-reduced into the batch mean, likewise the squared deviations into the
+    (biased) variance, and each worker normalizes its shard. MXNet derives the backward pass, which then
+    all-reduces the gradients of the statistics. The moving statistics (aux states) are not updated."""
+    import mxnet as mx
+
+    ndim = len(shapes[0][0])
+    axis = _axis("BatchNorm", attrs.axis, ndim)
+    reduced = tuple(d for d in range(ndim) if d != axis)
+    total = float(sum(math.prod(_without(s[0], axis)) for s in shapes))
+    bshape = tuple(-1 if d == axis else 1 for d in range(ndim))
+    as_b = lambda v: mx.sym.reshape(v, shape=bshape)
+    sums = allreduce([mx.sym.sum(p[0], axis=reduced) for p in pieces])
+    means = [s / total for s in sums]
+    squares = allreduce([mx.sym.sum(mx.sym.square(mx.sym.broadcast_sub(p[0], as_b(m))), axis=reduced)
+                         for p, m in zip(pieces, means)])
+    outs = []
+    for p, m, sq in zip(pieces, means, squares):
+        inv_std = mx.sym.rsqrt(sq / total + attrs.eps)
+        scale = inv_std if attrs.fix_gamma else inv_std * p[1]
+        y = mx.sym.broadcast_add(mx.sym.broadcast_mul(mx.sym.broadcast_sub(p[0], as_b(m)), as_b(scale)),
+                                 as_b(p[2]))
+        outs.append([y, m, inv_std])
+    return outs
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ module is imported; :func:`load_builtin_operators` imports them all, explicitly.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tofu.errors import DuplicateRegistrationError, UnsupportedOperatorError
@@ -14,6 +15,8 @@ if TYPE_CHECKING:
     from tofu.tdl.describe import OpSpec
 
 REGISTRY: dict[str, "OpSpec"] = {}
+EXPANSIONS: dict[str, Callable] = {}
+"""op -> how to run a strategy that exchanges partial statistics (see ``tdl_expansion``)."""
 
 
 def check_unregistered(op: str, source: str) -> None:
@@ -25,6 +28,17 @@ def check_unregistered(op: str, source: str) -> None:
 def register(op: str, spec: "OpSpec") -> None:
     check_unregistered(op, spec.source)
     REGISTRY[op] = spec
+
+
+def register_expansion(op: str, fn: Callable) -> None:
+    if op in EXPANSIONS:
+        raise DuplicateRegistrationError(f"operator '{op}' has two expansions")
+    EXPANSIONS[op] = fn
+
+
+def expansion(op: str) -> Callable | None:
+    load_builtin_operators()
+    return EXPANSIONS.get(op)
 
 
 def lookup(op: str, node: str | None = None) -> "OpSpec":

@@ -13,7 +13,8 @@ import pytest
 
 from tofu import registry
 from tofu.analysis.shard import combine, run_shard, shard_call
-from tofu.analysis.strategies import PartialSum, Replicate, SplitDim, reduction_root, strategies
+from tofu.analysis.strategies import (PartialSum, Replicate, SplitDim, computed_tensors, reduction_root,
+                                      strategies)
 from tofu.errors import AnalysisError
 from tofu.graph.attrs import Attrs
 from tofu.graph.single_op import infer_op_shapes, run_op
@@ -64,9 +65,21 @@ def test_kernel_shards_reassemble_mxnet_output(op, i, case, k):
                 _close(combine(s, o, [p[o] for p in pieces]), e, str(s))
 
 
+def _exchanged(desc, s):
+    """(intermediate tensor, its aligned reduction variable, reducer) of each exchange, in order."""
+    comps = computed_tensors(desc)
+    out = []
+    for x in s.exchanges:
+        t = comps[x.tensor]
+        out.append((t, next(v for v in reduction_root(t.body)[0].vars if v.name == x.var), x.reducer))
+    return out
+
+
 def _worker_restrict(desc, s, w):
-    """The interpreter ranges of worker ``w``: its output boxes, or its share of the split reduction."""
-    restrict = {}
+    """The interpreter ranges of worker ``w``: its output boxes, or its share of the split reduction (and of
+    the reductions whose partial statistics are exchanged)."""
+    step = s.split_extent // s.k
+    restrict = {v: (w * step, (w + 1) * step - 1) for _, v, _ in _exchanged(desc, s)}
     for o, out in enumerate(desc.outputs):
         if isinstance(s.outputs[o], SplitDim):
             d = s.outputs[o].dim
@@ -101,7 +114,14 @@ def test_every_strategy_computes_from_its_regions(op, i, case, k):
     full = evaluate(desc, inputs)
     ints = dict(case.ints)
     for s in strategies(desc, k):
-        parts = [evaluate(desc, _masked(inputs, s, w, ints), _worker_restrict(desc, s, w)) for w in range(k)]
+        masked = [_masked(inputs, s, w, ints) for w in range(k)]
+        given = {}       # exchanged statistics: every worker's partial, combined, known to all
+        for t, _, reducer in _exchanged(desc, s):
+            partial = [_worker_evaluator(desc, masked[w], _worker_restrict(desc, s, w), given)
+                       .tensor(t.vars, t.shape, t.body) for w in range(k)]
+            given[id(t)] = REDUCERS[reducer].reduce(np.stack(partial), axis=0)
+        parts = [tuple(_worker_evaluator(desc, masked[w], _worker_restrict(desc, s, w), given)
+                       .tensor(o.vars, o.shape, o.body) for o in desc.outputs) for w in range(k)]
         for o, expected in enumerate(full):
             got = [p[o] for p in parts]
             for w, g in enumerate(got):
@@ -116,6 +136,15 @@ def test_every_strategy_computes_from_its_regions(op, i, case, k):
             else:
                 for w, g in enumerate(got):
                     _close(g, expected[s.output_regions[w][o].slices()], f"{s} worker {w}")
+
+
+REDUCERS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
+
+
+def _worker_evaluator(desc, inputs, restrict, given):
+    arrays = {id(t): np.asarray(x, dtype=np.float64) for t, x in zip(desc.inputs, inputs)}
+    arrays.update(given)
+    return _Evaluator(desc.op, arrays, restrict)
 
 
 class _Recorder(_Evaluator):

@@ -28,7 +28,7 @@ from functools import lru_cache
 from tofu.analysis.interval import BoundSym, Interval, bound
 from tofu.errors import AnalysisError
 from tofu.tdl.describe import OpDescription
-from tofu.tdl.expr import (FULL, Access, Binary, Computed, Const, IndexExpr, OpaqueCall, Reduce, TensorVar,
+from tofu.tdl.expr import (FULL, Access, Affine, Binary, Computed, Const, IndexExpr, OpaqueCall, Reduce, TensorVar,
                            ValueExpr, Var, children, index_vars)
 
 
@@ -83,6 +83,25 @@ class Region:
 
 
 @dataclass(frozen=True)
+class Exchange:
+    """A nested reduction (an intermediate tensor such as BatchNorm's batch mean) that every worker computes
+    partially over its share of the split and that workers then combine with ``reducer`` (an all-reduce of
+    the partial statistics, instead of fetching the whole input)."""
+
+    tensor: str                      # the intermediate tensor's name in the description
+    reducer: str
+    var: str                         # its reduction variable aligned with the split
+    box: tuple[Interval, ...]        # the part of the intermediate tensor each worker needs
+
+    def elements(self, values, shape: Sequence[int]) -> int:
+        n = 1
+        for iv, extent in zip(self.box, shape):
+            a, b, lo, hi = iv.clip(values, extent)
+            n *= hi - lo + 1
+        return n
+
+
+@dataclass(frozen=True)
 class SymbolicStrategy:
     """A strategy before the number of workers is known: regions as symbolic intervals."""
 
@@ -93,6 +112,7 @@ class SymbolicStrategy:
     fills: tuple[float | None, ...]                 # per input: the fill value of its padded accesses
     once_inputs: tuple[int, ...]
     split_extent: int                               # extent X of the split variable
+    exchanges: tuple[Exchange, ...] = ()            # nested reductions combined across workers, in order
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.var}"
@@ -113,6 +133,8 @@ class PartitionStrategy:
     once_inputs: tuple[int, ...]
     input_shapes: tuple[tuple[int, ...], ...]
     split_extent: int
+    exchanges: tuple[Exchange, ...] = ()
+    exchange_elements: tuple[int, ...] = ()          # per exchange: elements of the statistic per worker
 
     def __str__(self) -> str:
         return f"{self.op}/{self.kind}:{self.var}/k={self.k}"
@@ -184,8 +206,8 @@ def _output_strategy(desc: OpDescription, name: str) -> SymbolicStrategy:
                 env[v] = Interval.const(0, n - 1)
         placements.append(placement)
         envs.append((out.body, env))
-    regions, fills = _regions(desc, envs)
-    return SymbolicStrategy(name, "output", tuple(placements), regions, fills, (), extent)
+    regions, fills, exchanges = _regions(desc, envs, name, extent)
+    return SymbolicStrategy(name, "output", tuple(placements), regions, fills, (), extent, exchanges)
 
 
 def _reduce_strategy(desc: OpDescription, reduce: Reduce, v: Var, extent: int,
@@ -195,7 +217,7 @@ def _reduce_strategy(desc: OpDescription, reduce: Reduce, v: Var, extent: int,
     inner = dict(env)
     inner.update({u: (Interval.of_var(_canonical(v.name)) if u == v else Interval.const(0, n - 1))
                   for u, n in zip(reduce.vars, reduce.extents)})
-    regions, fills = _regions(desc, [(reduce.body, inner)] + [(t, env) for t in once_terms])
+    regions, fills, _ = _regions(desc, [(reduce.body, inner)] + [(t, env) for t in once_terms])
     in_reduce = {id(a.tensor) for a in _accesses_deep(reduce.body)}
     in_once = {id(a.tensor) for t in once_terms for a in _accesses_deep(t)}
     if in_reduce & in_once:
@@ -273,27 +295,88 @@ def _opaque_index_vars(e: ValueExpr) -> set[Var]:
     return found
 
 
-def _regions(desc: OpDescription, roots: Sequence[tuple[ValueExpr, dict[Var, Interval]]]):
-    """Per input, the union of the intervals of all its accesses reachable from ``roots``."""
+def _regions(desc: OpDescription, roots: Sequence[tuple[ValueExpr, dict[Var, Interval]]],
+             split: str | None = None, split_extent: int | None = None):
+    """Per input, the union of the intervals of all its accesses reachable from ``roots``.
+
+    With ``split`` (an output variable's name): an intermediate tensor that is a reduction over a variable
+    indexing the same input dimension as the split variable does (BatchNorm's mean over the batch when the
+    batch is split) is computed partially on every worker and combined across workers (:class:`Exchange`)
+    instead of being computed from the whole input.
+
+    Returns:
+        (regions per input, fill per input, exchanges in dependency order).
+    """
     boxes: dict[int, list[Interval]] = {}
     fills: dict[int, float | None] = {}
-    pending = list(roots)
+    aligned = _split_dims(roots, split) if split else set()
+    exchanges: dict[int, Exchange] = {}
+    order: list[int] = []
+    pending = [(e, env, 0) for e, env in roots]
     while pending:
-        expr, env = pending.pop()
+        expr, env, depth = pending.pop()
         for acc, scope in _accesses_in_scope(expr, env):
             box = tuple(_subscript_interval(s, scope) for s in acc.index)
             if isinstance(acc.tensor, Computed):
+                t = acc.tensor
                 # the needed part of an intermediate tensor: analyse its body over that box
                 inner = {v: (Interval.const(0, n - 1) if iv.is_whole or isinstance(iv, Hull) else iv)
-                         for v, iv, n in zip(acc.tensor.vars, box, acc.tensor.shape)}
-                pending.append((acc.tensor.body, inner))
+                         for v, iv, n in zip(t.vars, box, t.shape)}
+                partial = _aligned_reduction(t, aligned, split_extent)
+                if partial is not None:
+                    reduce, var = partial
+                    inner[var] = Interval.of_var(_canonical(split))
+                    if id(t) not in exchanges:
+                        exchanges[id(t)] = Exchange(t.name, reduce.kind, var.name,
+                                                    tuple(inner[v] for v in t.vars))
+                    order.append(id(t))
+                pending.append((t.body, inner, depth + 1))
                 continue
             key = id(acc.tensor)
             boxes[key] = box if key not in boxes else [_union(a, b) for a, b in zip(boxes[key], box)]
             if acc.fill is not None:
                 fills[key] = acc.fill
     regions = tuple(tuple(boxes[id(t)]) if id(t) in boxes else None for t in desc.inputs)
-    return regions, tuple(fills.get(id(t)) for t in desc.inputs)
+    # a tensor found later in the walk is nested deeper (read by the bodies of earlier ones): exchange it first
+    ordered = tuple(exchanges[k] for k in reversed(list(dict.fromkeys(reversed(order)))))
+    return regions, tuple(fills.get(id(t)) for t in desc.inputs), ordered[::-1]
+
+
+def _split_dims(roots, split: str) -> set[tuple[int, int]]:
+    """(input, dimension) pairs that the split variable indexes on its own."""
+    found = set()
+    for expr, env in roots:
+        for acc, _ in _accesses_in_scope(expr, env):
+            for d, sub in enumerate(acc.index):
+                v = sub if isinstance(sub, Var) else (sub.single_var() if isinstance(sub, Affine) else None)
+                if v is not None and v.name == split and v in env:
+                    found.add((id(acc.tensor), d))
+    return found
+
+
+def _aligned_reduction(t: Computed, aligned: set[tuple[int, int]], extent: int | None):
+    """``(reduction, variable)`` when ``t`` is a reduction (with a linear post-operation) over a variable that
+    indexes alone one of the ``aligned`` input dimensions and has the split variable's extent."""
+    root = reduction_root(t.body)
+    if root is None or root[1]:
+        return None
+    reduce = root[0]
+    for v, n in zip(reduce.vars, reduce.extents):
+        if n != extent:
+            continue
+        for acc in walk_top_accesses(reduce.body):
+            for d, sub in enumerate(acc.index):
+                u = sub if isinstance(sub, Var) else (sub.single_var() if isinstance(sub, Affine) else None)
+                if u is v and (id(acc.tensor), d) in aligned:
+                    return reduce, v
+    return None
+
+
+def walk_top_accesses(e: ValueExpr):
+    """Accesses of ``e`` itself (not inside intermediate tensors' bodies)."""
+    for x in _walk(e):
+        if isinstance(x, Access):
+            yield x
 
 
 def _accesses_in_scope(e: ValueExpr, env: dict[Var, Interval]):
@@ -362,8 +445,29 @@ def instantiate(desc: OpDescription, s: SymbolicStrategy, k: int) -> PartitionSt
         inputs.append(tuple(None if box is None else _region(box, t.shape, values)
                             for box, t in zip(s.regions, desc.inputs)))
         outputs.append(tuple(_output_region(p, o.shape, w, step) for p, o in zip(s.outputs, desc.outputs)))
+    shapes = _computed_shapes(desc)
+    values = {BoundSym(var, "lo"): 0, BoundSym(var, "hi"): step - 1}
+    elements = tuple(x.elements(values, shapes[x.tensor]) for x in s.exchanges)
     return PartitionStrategy(desc.op, s.var, s.kind, k, s.outputs, tuple(inputs), tuple(outputs), s.fills,
-                             s.once_inputs, tuple(t.shape for t in desc.inputs), s.split_extent)
+                             s.once_inputs, tuple(t.shape for t in desc.inputs), s.split_extent, s.exchanges,
+                             elements)
+
+
+def computed_tensors(desc: OpDescription) -> dict[str, Computed]:
+    """The intermediate tensors of a description, by name."""
+    found: dict[str, Computed] = {}
+    stack = [o.body for o in desc.outputs]
+    while stack:
+        e = stack.pop()
+        for x in _walk(e):
+            if isinstance(x, Access) and isinstance(x.tensor, Computed) and x.tensor.name not in found:
+                found[x.tensor.name] = x.tensor
+                stack.append(x.tensor.body)
+    return found
+
+
+def _computed_shapes(desc: OpDescription) -> dict[str, tuple[int, ...]]:
+    return {name: t.shape for name, t in computed_tensors(desc).items()}
 
 
 def strategies(desc: OpDescription, k: int) -> tuple[PartitionStrategy, ...]:

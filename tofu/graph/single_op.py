@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import warnings
 from collections.abc import Mapping, Sequence
 
 import mxnet as mx
@@ -44,7 +45,8 @@ def infer_op_shapes(op: str, attrs: Attrs | Mapping[str, str], input_shapes: Seq
     sym = op_symbol(op, attrs, len(input_shapes))
     shapes = {f"in{i}": tuple(s) for i, s in enumerate(input_shapes)}
     try:
-        with contextlib.redirect_stdout(io.StringIO()):
+        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             _, out, _ = sym.infer_shape(**shapes)
     except mx.base.MXNetError as e:
         raise InputShapeError(f"{op}: MXNet rejects input shapes {list(input_shapes)}: {first_line(e)}") from None

@@ -235,3 +235,17 @@ def describe(op: str, attrs: Attrs, input_shapes: Sequence[Shape], output_shapes
     except Exception as e:   # a bug in the description itself: name it, keep the cause
         raise TDLError(f"{where}: description failed: {type(e).__name__}: {e}") from e
     return OpDescription(op, typed, tensors, tuple(outputs), spec.source)
+
+
+def tdl_expansion(op: str) -> Callable:
+    """Declares how to run ``op`` with MXNet's simpler operators when a strategy exchanges partial statistics
+    (nested reductions, e.g. BatchNorm split on the batch), which MXNet's fused kernel cannot do on a shard.
+
+    The decorated function takes ``(pieces, shapes, attrs, allreduce)``: per worker its input symbols and
+    their shapes, the op's typed attributes, and ``allreduce(partials) -> combined`` (one symbol per worker
+    each way; the caller places the sum). It returns per worker the list of output symbols.
+    """
+    def decorate(fn: Callable) -> Callable:
+        registry.register_expansion(op, fn)
+        return fn
+    return decorate
