@@ -233,6 +233,12 @@ class _Checker:
         return ta if ta == tb else None
 
     def _index(self, a: IndexExpr, b: IndexExpr, sub_s, sub_f, delta: int) -> None:
+        fast_a, fast_b = _linear(a, sub_s), _linear(b, sub_f)
+        if fast_a is not None and fast_b is not None:      # both affine in variables: compare coefficients
+            (ca, ka), (cb, kb) = fast_a, fast_b
+            if ka + delta == kb and {v: c for v, c in ca.items() if c} == {v: c for v, c in cb.items() if c}:
+                return
+            raise _Mismatch(f"index {a} on the shard differs from {b} in the full operator (offset {delta})")
         left = _as_affine(substitute(a, sub_s)) + delta
         right = _as_affine(substitute(b, sub_f))
         if _canonical(left) != _canonical(right):
@@ -242,6 +248,31 @@ class _Checker:
     def _same(x, y) -> None:
         if x != y:
             raise _Mismatch(f"{x} differs from {y}")
+
+
+def _linear(e: IndexExpr, sub: Mapping[Var, IndexExpr]):
+    """``e`` after substitution as ``({var: coeff}, const)`` when it stays affine in variables, else None."""
+    if isinstance(e, Var):
+        e = Affine(((e, 1),), 0)
+    if not isinstance(e, Affine):
+        return None
+    coeffs: dict[Var, int] = {}
+    const = e.const
+    for atom, c in e.terms:
+        if not isinstance(atom, Var):
+            return None
+        image = sub.get(atom)
+        if image is None:
+            coeffs[atom] = coeffs.get(atom, 0) + c
+            continue
+        if isinstance(image, Var):
+            image = Affine(((image, 1),), 0)
+        for v, cv in image.terms:
+            if not isinstance(v, Var):
+                return None
+            coeffs[v] = coeffs.get(v, 0) + c * cv
+        const += c * image.const
+    return coeffs, const
 
 
 def _index_vs_const(e: Compare) -> bool:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from tofu.analysis.interval import BoundSym, Interval, bound
 from tofu.errors import AnalysisError
@@ -63,7 +63,7 @@ class Region:
     bounds: tuple[tuple[int, int], ...]
     pad: tuple[tuple[int, int], ...]
 
-    @property
+    @cached_property
     def shape(self) -> tuple[int, ...]:
         return tuple(b - a + 1 for a, b in self.bounds)
 
@@ -71,7 +71,7 @@ class Region:
     def padded_shape(self) -> tuple[int, ...]:
         return tuple(b - a + 1 + p + q for (a, b), (p, q) in zip(self.bounds, self.pad))
 
-    @property
+    @cached_property
     def size(self) -> int:
         n = 1
         for s in self.shape:

@@ -10,6 +10,7 @@ import contextlib
 import io
 import json
 import warnings
+from functools import lru_cache
 from collections.abc import Mapping, Sequence
 
 import mxnet as mx
@@ -22,8 +23,14 @@ Shape = tuple[int, ...]
 
 
 def op_symbol(op: str, attrs: Attrs | Mapping[str, str], arity: int) -> mx.sym.Symbol:
-    """A symbol with one ``op`` node whose inputs are variables ``in0 .. in{arity-1}``."""
+    """A symbol with one ``op`` node whose inputs are variables ``in0 .. in{arity-1}`` (cached)."""
     raw = attrs.to_mxnet() if isinstance(attrs, Attrs) else dict(attrs)
+    return _op_symbol(op, tuple(sorted(raw.items())), arity)
+
+
+@lru_cache(maxsize=4096)
+def _op_symbol(op: str, items: tuple, arity: int) -> mx.sym.Symbol:
+    raw = dict(items)
     doc = {"nodes": [{"op": "null", "name": f"in{i}", "inputs": []} for i in range(arity)]
            + [{"op": op, "name": "op", "attrs": raw, "inputs": [[i, 0, 0] for i in range(arity)]}],
            "arg_nodes": list(range(arity)), "heads": [[arity, 0, 0]],

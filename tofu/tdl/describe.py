@@ -22,6 +22,7 @@ import inspect
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 
 from tofu import registry
@@ -152,7 +153,7 @@ def typed_attrs(cls: type, attrs: Attrs, op: str) -> object:
     Attributes the dataclass does not declare are ignored (they do not change semantics: workspace,
     cudnn_tune, ...). A declared field without default that the node lacks is an error.
     """
-    hints = typing.get_type_hints(cls)
+    hints = _type_hints(cls)
     values = {}
     for f in dataclasses.fields(cls):
         if f.name in attrs:
@@ -163,6 +164,11 @@ def typed_attrs(cls: type, attrs: Attrs, op: str) -> object:
         return cls(**values)
     except (TypeError, ValueError) as e:
         raise TDLError(f"{op}: bad attributes {dict(attrs)}: {e}") from None
+
+
+@lru_cache(maxsize=None)
+def _type_hints(cls: type) -> dict:
+    return typing.get_type_hints(cls)
 
 
 def _coerce(v: AttrValue, hint, op: str, name: str):
@@ -190,7 +196,8 @@ def _coerce(v: AttrValue, hint, op: str, name: str):
 
 def describe(op: str, attrs: Attrs, input_shapes: Sequence[Shape], output_shapes: Sequence[Shape],
              node: str | None = None) -> OpDescription:
-    """Instantiates the description of ``op`` for concrete attributes and shapes.
+    """Instantiates the description of ``op`` for concrete attributes and shapes (cached: descriptions are
+    immutable values, so equal requests share one, and with it the analysis cached per description).
 
     Args:
         op: MXNet operator name.
@@ -203,6 +210,19 @@ def describe(op: str, attrs: Attrs, input_shapes: Sequence[Shape], output_shapes
         UnsupportedOperatorError: no description for ``op``.
         TDLError: the description is malformed for these shapes; the message names op and source.
     """
+    key = (op, attrs, tuple(tuple(int(d) for d in s) for s in input_shapes),
+           tuple(tuple(int(d) for d in s) for s in output_shapes))
+    try:
+        return _describe(*key)
+    except TDLError as e:
+        if node is None:
+            raise
+        message = str(e)
+        raise TDLError(message.replace(f"{op} in ", f"{op} (node {node!r}) in ", 1)) from e.__cause__
+
+
+@lru_cache(maxsize=8192)
+def _describe(op: str, attrs: Attrs, input_shapes: tuple, output_shapes: tuple, node: str | None = None):
     spec = registry.lookup(op, node=node)
     where = f"{op}{f' (node {node!r})' if node else ''} in {spec.source}"
     try:

@@ -1,0 +1,185 @@
+"""The ``tofu`` command line, run in-process: output shapes other tools read, and one-line errors with status 2.
+
+References are independent of the code under test: parameter bytes and op counts come from MXNet's own
+``infer_shape`` and symbol JSON, halo widths from the convolution's attributes.
+"""
+import json
+import re
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from tofu import cli, registry
+from tofu.models import build_model
+
+
+def run(capsys, *argv):
+    rc = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def assert_one_line_error(rc, out, err, *names):
+    assert rc == 2
+    assert out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("tofu: error: ")
+    for name in names:
+        assert name in lines[0], lines[0]
+
+
+# ------------------------------------------------------------------------------------------------- ops
+
+@pytest.fixture(scope="module")
+def ops_json():
+    import io
+    from contextlib import redirect_stdout
+
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        assert cli.main(["ops", "--json"]) == 0
+    return json.loads(buf.getvalue())
+
+
+def test_ops_json_lists_every_op_with_its_strategies(ops_json):
+    ops = ops_json["ops"]
+    assert len(ops) >= 40
+    assert {o["name"] for o in ops} == set(registry.load_builtin_operators())
+    for o in ops:
+        assert {"name", "inputs", "outputs", "attrs", "strategies", "unsplittable", "example"} <= set(o), o["name"]
+        n_inputs = len(o["example"]["shapes"])
+        for s in o["strategies"]:
+            assert s["kind"] in ("output", "reduce"), o["name"]
+            assert len(s["regions"]) == n_inputs, o["name"]
+            assert len(s["outputs"]) == len(o["example"]["output_shapes"]), o["name"]
+            for p in s["outputs"]:
+                assert p in ({"replicate": True}, {"partial": "sum"}, {"partial": "max"}, {"partial": "min"},
+                             {"partial": "prod"}) or set(p) == {"split_dim"}, (o["name"], p)
+            assert isinstance(s["kernel_executable"], bool)
+            assert ("kernel_reason" in s) == (not s["kernel_executable"]), (o["name"], s["var"])
+
+
+def test_ops_json_example_is_the_first_case(ops_json):
+    specs = registry.load_builtin_operators()
+    for o in ops_json["ops"]:
+        case = specs[o["name"]].cases[0]
+        assert [tuple(s) for s in o["example"]["shapes"].values()] == [tuple(s) for s in case.shapes], o["name"]
+
+
+def test_ops_json_fully_connected_strategies(ops_json):
+    fc = next(o for o in ops_json["ops"] if o["name"] == "FullyConnected")
+    by_var = {s["var"]: s for s in fc["strategies"]}
+    assert by_var["b"]["outputs"] == [{"split_dim": 0}]
+    assert by_var["b"]["regions"][0][0] == "[b.lo, b.hi]"
+    assert by_var["k"]["kind"] == "reduce" and by_var["k"]["outputs"] == [{"partial": "sum"}]
+    assert by_var["k"]["once_inputs"] == ["bias"]        # the bias is added once, not once per partial sum
+
+
+def _conv_halo(case) -> tuple[int, int]:
+    """How far a worker's input window reaches past its output range [x.lo, x.hi]: (before, after)."""
+    kernel, = case.attrs["kernel"]
+    dilate = case.attrs.get("dilate", (1,))[0]
+    pad = case.attrs.get("pad", (0,))[0]
+    return pad, (kernel - 1) * dilate - pad
+
+
+def test_ops_op_shows_convolution_halo(capsys):
+    rc, out, err = run(capsys, "ops", "--op", "Convolution")
+    assert rc == 0 and err == ""
+    case = registry.load_builtin_operators()["Convolution"].cases[0]
+    stride = case.attrs.get("stride", (1,))[0]
+    before, after = _conv_halo(case)
+    lo = f"{stride}*xs0.lo" if stride > 1 else "xs0.lo"
+    hi = f"{stride}*xs0.hi" if stride > 1 else "xs0.hi"
+    expected = f"[{lo}{f' - {before}' if before else ''}, {hi}{f' + {after}' if after else ''}]"
+    assert after > 0, "the first Convolution case should have a halo"
+    assert "output:xs0" in out
+    assert re.search(r"^\s+data\s+.*" + re.escape(expected), out, re.MULTILINE), out
+    assert "reduce:ci" in out and "counted once" in out       # partition-n-reduce, bias once
+
+
+def test_ops_op_unknown_exits_2(capsys):
+    assert_one_line_error(*run(capsys, "ops", "--op", "nosuchop"), "nosuchop")
+
+
+def test_ops_op_json_is_one_entry(capsys):
+    rc, out, _ = run(capsys, "ops", "--op", "Pooling", "--json")
+    assert rc == 0
+    entry = json.loads(out)
+    assert entry["name"] == "Pooling" and entry["strategies"]
+
+
+def _mxnet_op_counts(symbol) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for node in json.loads(symbol.tojson())["nodes"]:
+        if node["op"] != "null":
+            counts[node["op"]] = counts.get(node["op"], 0) + 1
+    return counts
+
+
+def test_ops_model_lists_each_op_with_count(capsys):
+    rc, out, err = run(capsys, "ops", "--model", "mlp", "--json")
+    assert rc == 0 and err == ""
+    listed = json.loads(out)
+    assert listed["model"] == "mlp"
+    assert {o["name"]: o["count"] for o in listed["ops"]} == _mxnet_op_counts(build_model("mlp").symbol)
+    fc = next(o for o in listed["ops"] if o["name"] == "FullyConnected")
+    assert fc["strategies"] == len(fc["vars"]) and {"b", "h", "k(sum)"} <= set(fc["vars"])
+
+    rc, out, _ = run(capsys, "ops", "--model", "mlp")
+    assert rc == 0
+    assert re.search(r"^FullyConnected\s+3\s+3\s", out, re.MULTILINE), out
+
+
+def test_ops_model_with_undescribed_op_exits_2(capsys, tmp_path):
+    data = mx.sym.var("data")
+    fc = mx.sym.FullyConnected(data, num_hidden=4, name="fc")
+    path = tmp_path / "potrf.json"
+    mx.sym.linalg.potrf(mx.sym.dot(fc, fc, transpose_b=True), name="chol").save(str(path))
+    assert "_linalg_potrf" not in registry.load_builtin_operators()
+    assert_one_line_error(*run(capsys, "ops", "--model", str(path), "--shape", "data=4,6"), "_linalg_potrf", "chol")
+
+
+def test_ops_model_and_op_together_exit_2(capsys):
+    assert_one_line_error(*run(capsys, "ops", "--model", "mlp", "--op", "Convolution"), "--op", "--model")
+
+
+# --------------------------------------------------------------------------------------------- inspect
+
+def test_inspect_json_param_bytes_match_mxnet(capsys):
+    rc, out, err = run(capsys, "inspect", "mlp", "--json")
+    assert rc == 0 and err == ""
+    report = json.loads(out)
+    assert {"model", "param_bytes", "memory_bytes", "fits"} <= set(report)
+    assert report["model"] == "mlp" and isinstance(report["fits"], bool)
+    assert report["memory_bytes"]["total"] >= report["param_bytes"] > 0
+    model = build_model("mlp")
+    arg_shapes, _, _ = model.symbol.infer_shape(**model.shapes())
+    params = [s for name, s in zip(model.symbol.list_arguments(), arg_shapes) if name not in model.shapes()]
+    assert report["param_bytes"] == sum(int(np.prod(s)) for s in params) * 4      # float32
+
+
+def test_inspect_unknown_model_exits_2(capsys):
+    assert_one_line_error(*run(capsys, "inspect", "foo"), "foo")
+
+
+def test_inspect_batch_zero_exits_2(capsys):
+    assert_one_line_error(*run(capsys, "inspect", "mlp", "--batch", "0"), "batch")
+
+
+def test_inspect_malformed_json_exits_2(capsys, tmp_path):
+    path = tmp_path / "broken.json"
+    path.write_text('{"nodes": [')
+    assert_one_line_error(*run(capsys, "inspect", str(path), "--shape", "data=2,3"), "broken.json")
+
+
+def test_inspect_bad_device_memory_exits_2(capsys):
+    assert_one_line_error(*run(capsys, "inspect", "mlp", "--device-memory", "12XB"), "12XB")
+
+
+@pytest.mark.parametrize("text,expected", [("12GB", 12 * 10**9), ("16GiB", 16 * 2**30), ("500MB", 500 * 10**6),
+                                           ("1024", 1024), ("1.5 KiB", 1536)])
+def test_parse_bytes(text, expected):
+    assert cli.parse_bytes(text) == expected
