@@ -210,6 +210,7 @@ def describe(op: str, attrs: Attrs, input_shapes: Sequence[Shape], output_shapes
         UnsupportedOperatorError: no description for ``op``.
         TDLError: the description is malformed for these shapes; the message names op and source.
     """
+    registry.lookup(op, node=node)      # an unknown op names its node
     key = (op, attrs, tuple(tuple(int(d) for d in s) for s in input_shapes),
            tuple(tuple(int(d) for d in s) for s in output_shapes))
     try:
