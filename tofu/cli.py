@@ -1,6 +1,6 @@
 """The ``tofu`` command line (DESIGN.md, section 3).
 
-``tofu inspect MODEL`` summarises a model; ``tofu ops`` lists the TDL-described operators (``--json``: with
+``tofu inspect MODEL`` summarises a model; ``tofu plan MODEL --workers K`` partitions it; ``tofu ops`` lists the TDL-described operators (``--json``: with
 the partition strategies of each op's first Case, ``--op NAME``: one op's strategies and their symbolic
 regions, ``--model MODEL``: the ops of a model's graph).
 
@@ -40,8 +40,12 @@ def parse_bytes(text: str) -> int:
     return int(float(m[1]) * _UNITS[(m[2] or "B").lower()])
 
 
-def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB"
+def _gb(n: float) -> str:
+    """Bytes in the largest decimal unit that keeps the number >= 1 (12.35 GB, 310.9 KB)."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return f"{n:.0f} B"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -302,6 +306,71 @@ def _ops_of_model(args) -> int:
     return 0
 
 
+_DIM_LETTERS = {1: "C", 2: "NC", 3: "NTC", 4: "NCHW", 5: "NCDHW"}
+
+
+def _dim_name(shape: tuple[int, ...], d: int | None) -> str:
+    if d is None:
+        return "-"
+    letters = _DIM_LETTERS.get(len(shape))
+    return letters[d] if letters else str(d)
+
+
+def cmd_plan(args) -> int:
+    from tofu.search.algorithms import plan_graph
+    from tofu.search.plan import Plan
+
+    graph = _graph(args)
+    if args.load:
+        plan = Plan.load(args.load, graph)
+    else:
+        plan = plan_graph(graph, args.workers, args.algo)
+        if args.out:
+            plan.save(args.out)
+    if args.json:
+        doc = plan.to_json()
+        if not args.steps:
+            for step in doc["steps"]:          # the per-tensor tables are in --out files; keep stdout short
+                step.pop("tensor_dims")
+                step.pop("op_splits")
+        print(json.dumps(doc))
+        return 0
+    print(_plan_text(graph, plan))
+    return 0
+
+
+def _plan_text(graph, plan) -> str:
+    """The paper's plan figure as text: per layer, the split of its first op and of its output per step."""
+    factors = "x".join(str(s.factor) for s in plan.steps) or "1"
+    lines = [f"{plan.model}: {plan.workers} workers, {plan.algo} ({factors}), searched in "
+             f"{plan.search_seconds:.2f} s"]
+    c = dict(plan.coarsening)
+    if c:
+        lines.append(f"coarsened: {c['ops']} ops -> {c['op_groups']} op groups ({c['merged_elementwise']} "
+                     f"element-wise merged), {c['tensors']} tensors -> {c['tensor_groups']} tensor groups")
+    splits = [dict(s.op_splits) for s in plan.steps]
+    dims = [dict(s.tensor_dims) for s in plan.steps]
+    seen, rows = set(), []
+    for node in graph.nodes:
+        layer = node.layer or node.name
+        if layer in seen or (splits and splits[0][node.name].startswith(("dim", "replicate"))):
+            continue
+        seen.add(layer)
+        out = graph.tensors[node.outputs[0]]
+        rows.append((layer, node.name, " ".join(sp[node.name] for sp in splits),
+                     " ".join(_dim_name(out.shape, dm[out.name]) for dm in dims)))
+    if rows:
+        w = [max(len(r[i]) for r in rows + [("layer", "first op", "op split", "output split")]) for i in range(4)]
+        lines.append(f"{'layer':<{w[0]}}  {'first op':<{w[1]}}  {'op split':<{w[2]}}  output split (per step)")
+        lines += [f"{a:<{w[0]}}  {b:<{w[1]}}  {c_:<{w[2]}}  {d}" for a, b, c_, d in rows]
+    for j, s in enumerate(plan.steps, 1):
+        lines.append(f"step {j}: {s.factor}-way cut in {s.groups} group(s): {_gb(s.cost_bytes)} per group")
+    lines.append(f"communication per iteration: {_gb(plan.comm_bytes)}")
+    mem = dict(plan.per_device_bytes)
+    lines.append("per-device memory: " + ", ".join(f"{k} {_gb(v)}" for k, v in mem.items()))
+    return "\n".join(lines)
+
+
 def _jsonable(v):
     return list(v) if isinstance(v, tuple) else v
 
@@ -324,6 +393,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--op", metavar="NAME", help="one operator: its description and strategies")
     _model_args(p, positional=False)
     p.set_defaults(run=cmd_ops)
+
+    from tofu.search.algorithms import ALGORITHMS
+    p = sub.add_parser("plan", help="partition a model over K workers (the plan: per step, per tensor and op)")
+    _model_args(p)
+    p.add_argument("--workers", type=int, default=8, help="number of devices K (default 8)")
+    p.add_argument("--algo", choices=sorted(ALGORITHMS), default="tofu", help="plan finder (default tofu)")
+    p.add_argument("--out", metavar="PLAN.json", help="save the plan")
+    p.add_argument("--load", metavar="PLAN.json", help="show a saved plan (checked against the model)")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--steps", action="store_true", help="with --json: include every tensor's and op's split")
+    p.set_defaults(run=cmd_plan)
     return parser
 
 

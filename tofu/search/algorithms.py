@@ -1,0 +1,75 @@
+"""The plan finders by name (DESIGN.md, section 3): Tofu's recursive search, its flat and ILP variants, and
+the paper's competing partitioners, all on the same cost model.
+
+Input: a Graph and the number of workers. Output: a :class:`~tofu.search.plan.Plan`.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from tofu.errors import SearchError
+from tofu.graph.ir import Graph
+from tofu.search.coarsen import coarsen
+from tofu.search.dp import solve_dp
+from tofu.search.plan import Plan, PlanStep, per_device_memory
+from tofu.search.recursive import CutStep, factorize, search, total_cost
+
+log = logging.getLogger(__name__)
+
+def _baseline(name: str) -> Callable:
+    def solver(problem):
+        from tofu.search import baselines
+        return getattr(baselines, name)(problem)
+    return solver
+
+
+def _ilp(problem):
+    from tofu.search.reference import solve_ilp
+    return solve_ilp(problem)
+
+
+# name -> (solver of one cut, recursive?). Flat algorithms make one k-way cut.
+ALGORITHMS: dict[str, tuple[Callable, bool]] = {
+    "tofu": (solve_dp, True),
+    "dp-flat": (solve_dp, False),
+    "ilp": (_ilp, True),
+    "data-parallel": (_baseline("data_parallel"), False),
+    "allrow-greedy": (_baseline("allrow_greedy"), False),
+    "spartan": (_baseline("spartan"), False),
+    "equalchop": (_baseline("equalchop"), False),
+    "icml18": (_baseline("icml18"), False),
+}
+
+
+def plan_graph(graph: Graph, workers: int, algo: str = "tofu") -> Plan:
+    """Partitions ``graph`` over ``workers`` devices with algorithm ``algo``.
+
+    Raises:
+        SearchError: unknown algorithm, impossible worker count, or an op that cannot be split.
+    """
+    if algo not in ALGORITHMS:
+        raise SearchError(f"unknown algorithm '{algo}'; choose one of {', '.join(ALGORITHMS)}")
+    factors = factorize(workers)
+    solver, recursive = ALGORITHMS[algo]
+    start = time.perf_counter()
+    coarse = coarsen(graph)
+    steps = search(graph, factors if recursive else (workers,), solver, coarse) if workers > 1 else ()
+    seconds = time.perf_counter() - start
+    log.info("%s: %d workers in %.2f s", algo, workers, seconds)
+    return to_plan(graph, workers, algo, steps, seconds, coarse.stats(graph))
+
+
+def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], seconds: float,
+            coarsening: dict[str, int]) -> Plan:
+    final = [t.shape for t in graph.tensors]
+    for s in steps:
+        final = [tuple(n // s.factor if i == d else n for i, n in enumerate(shape))
+                 for shape, d in zip(final, s.tensor_dims)]
+    plan_steps = tuple(PlanStep(s.factor, s.groups, float(s.cost),
+                                tuple((t.name, d) for t, d in zip(graph.tensors, s.tensor_dims)),
+                                tuple((n.name, v) for n, v in zip(graph.nodes, s.op_vars))) for s in steps)
+    memory = per_device_memory(graph, final)
+    return Plan(graph.name, workers, algo, plan_steps, float(total_cost(steps)), seconds,
+                tuple(memory.items()), tuple(coarsening.items()))

@@ -1,0 +1,260 @@
+"""Cost model (PAPER.md, "Search"; DESIGN.md, decisions): bytes moved per training iteration by one cut.
+
+Input: the graph, its coarsening, every tensor's shape at this step of the recursion, the cut's width k.
+Output: a :class:`~tofu.search.problem.CutProblem`.
+
+Worker w holds H_w(t, d), the w-th of k equal slices of tensor t along its chosen dimension d (the whole
+tensor if t is replicated). An op run with strategy s needs, on worker w, the region R_w(s, i) of input i
+(tofu.analysis) and produces P_w(s, o) of output o. With |.| counting bytes and g(t) = 1 when t has a
+gradient (parameters and activations; not data, labels or auxiliary states):
+
+    fetch       sum_w |R_w(s, i) \\ H_w(i, d_i)|                            x (1 + g(i))
+    convert     sum_w |P_w(s, o) \\ H_w(o, d_o)|   (output split along d')  x (1 + g(o))
+    reduce      (k - 1) |o|                        (partial outputs)        x (1 + g(o))
+    replicate   (k - 1) |o| g(o)                   (backward: all-gather of the output's gradient)
+    exchange    2 (k - 1) |S|                      (all-reduce of a partial statistic S) x (1 + g(o))
+
+Backward is the adjoint of forward: a fetched input region becomes a reduced gradient region, a
+reduce-scatter of partial outputs becomes an all-gather of the output gradient, a conversion is converted
+back. The costs depend on a strategy and one tensor's choice each, so they are separable (problem.py).
+Only strategies that can be run (MXNet's kernel on the shards, or the op's declared expansion when the
+strategy exchanges statistics) are offered, unless ``runnable_only`` is off.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from tofu import registry
+from tofu.analysis.shard import ShardCall, shard_call
+from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, SplitDim, strategies
+from tofu.errors import AnalysisError, SearchError, TofuError
+from tofu.graph.ir import Graph, Node, Role
+from tofu.search.coarsen import Coarsening
+from tofu.search.problem import CutProblem, OpGroup, TensorGroup
+from tofu.tdl.describe import describe
+
+Shape = tuple[int, ...]
+_NO_GRAD = (Role.DATA, Role.LABEL, Role.AUX)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """An op as one worker group sees it at a step of the recursion: after a cut, each op is its shard (the
+    shard's attributes and shapes, as MXNet's kernel runs it), reading pieces of its input tensors."""
+
+    op: str
+    attrs: object
+    in_shapes: tuple[Shape, ...]
+    out_shapes: tuple[Shape, ...]
+    inputs: tuple[int, ...]           # tensor ids, one per view input
+    outputs: tuple[int, ...]
+
+    @staticmethod
+    def of(graph: Graph, node: Node) -> "NodeView":
+        return NodeView(node.op, node.attrs, tuple(graph.tensors[t].shape for t in node.inputs),
+                        tuple(graph.tensors[t].shape for t in node.outputs), node.inputs, node.outputs)
+
+
+@dataclass(frozen=True)
+class CutIndex:
+    """How a CutProblem maps back to the graph: the strategies of every op at this step."""
+
+    node_strategies: tuple[tuple[PartitionStrategy, ...], ...]   # per node id (empty for merged ops)
+    group_nodes: tuple[tuple[int, ...], ...]                     # per op group: its node ids
+
+
+def choices(shape: Shape, k: int) -> tuple[int | None, ...]:
+    """Dimensions a tensor can be split k ways along (None alone: it must be replicated)."""
+    dims = tuple(d for d, n in enumerate(shape) if n % k == 0 and n >= k)
+    return dims or (None,)
+
+
+def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape], views: Sequence[NodeView], k: int,
+              runnable_only: bool = True) -> tuple[CutProblem, CutIndex]:
+    """The one-cut problem of ``graph`` for ``k`` workers, tensors held at ``shapes``, ops seen as ``views``.
+
+    Raises:
+        SearchError: some op cannot be split k ways at these shapes (no strategy applies).
+    """
+    members: dict[int, list[int]] = {}
+    for t in graph.tensors:
+        members.setdefault(coarse.tensor_group[t.id], []).append(t.id)
+    tgroups = []
+    for gid in range(coarse.n_tensor_groups):
+        ids = members[gid]
+        shape = tuple(shapes[ids[0]])
+        tgroups.append(TensorGroup(gid, graph.tensors[ids[0]].name, choices(shape, k),
+                                   sum(_nbytes(graph, t, shapes) for t in ids),
+                                   tuple(graph.tensors[t].name for t in ids), shape))
+    group_nodes: dict[int, list[int]] = {}
+    for node in graph.nodes:
+        if coarse.op_group[node.id] >= 0:
+            group_nodes.setdefault(coarse.op_group[node.id], []).append(node.id)
+    order = sorted(group_nodes, key=lambda g: group_nodes[g][0])
+    node_strategies: list[tuple[PartitionStrategy, ...]] = [()] * len(graph.nodes)
+    ops = []
+    for new_id, g in enumerate(order):
+        nodes = group_nodes[g]
+        const = None
+        terms: dict[int, np.ndarray] = {}
+        names = kinds = produces = None
+        for nid in nodes:
+            node = graph.nodes[nid]
+            options = node_options(graph, node, views[nid], k, runnable_only)
+            node_strategies[nid] = tuple(o.strategy for o in options)
+            if const is None:
+                const = np.zeros(len(options))
+                names = tuple(o.strategy.var for o in options)
+                kinds = tuple(o.strategy.kind for o in options)
+                produces = tuple(tuple((coarse.tensor_group[t], p.dim if isinstance(p, SplitDim) else None)
+                                       for t, p in zip(node.outputs, o.strategy.outputs)) for o in options)
+            elif tuple(o.strategy.var for o in options) != names:
+                raise SearchError(f"tied ops of group '{graph.nodes[nodes[0]].name}' differ in strategies")
+            for s, o in enumerate(options):
+                const[s] += o.const
+                for t, per_dim in o.terms:
+                    tg = coarse.tensor_group[t]
+                    row = [per_dim[d] for d in tgroups[tg].choices]
+                    terms.setdefault(tg, np.zeros((len(options), len(row))))[s] += row
+        ops.append(OpGroup(new_id, graph.nodes[nodes[0]].name, names, kinds, tuple(float(c) for c in const),
+                           tuple((t, tuple(tuple(float(v) for v in r) for r in table))
+                                 for t, table in terms.items()),
+                           produces, nodes[0]))
+    problem = CutProblem(k, tuple(tgroups), tuple(ops))
+    return problem, CutIndex(tuple(node_strategies), tuple(tuple(group_nodes[g]) for g in order))
+
+
+def _nbytes(graph: Graph, t: int, shapes: Sequence[Shape]) -> int:
+    return math.prod(shapes[t]) * np.dtype(graph.tensors[t].dtype).itemsize
+
+
+@dataclass(frozen=True)
+class Option:
+    """One strategy of one op with its costs: a constant, and per touched tensor a cost per dimension
+    (index ndim: replicated)."""
+
+    strategy: PartitionStrategy
+    const: float
+    terms: tuple[tuple[int, dict], ...]
+
+
+def node_options(graph: Graph, node: Node, view: NodeView, k: int,
+                 runnable_only: bool = True) -> tuple[Option, ...]:
+    """The strategies ``node`` (seen as ``view``) can use, with their costs."""
+    ids = view.inputs + view.outputs
+    grads = tuple(graph.tensors[t].role not in _NO_GRAD for t in ids)
+    items = tuple(np.dtype(graph.tensors[t].dtype).itemsize for t in ids)
+    try:
+        costed = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, grads, items, runnable_only)
+    except TofuError as e:
+        raise SearchError(f"node '{node.name}' ({node.op}): {e}") from None
+    return tuple(Option(s, const, tuple((ids[p], per_dim) for p, per_dim in enumerate(tables)))
+                 for s, const, tables in costed)
+
+
+@lru_cache(maxsize=65536)
+def _costed(op, attrs, ins, outs, k, grads, items, runnable_only):
+    """The strategies of one op signature with their costs (shared by all nodes of that signature)."""
+    desc = describe(op, attrs, ins, outs)
+    found = strategies(desc, k)
+    if runnable_only:
+        kernel = tuple(s for s in found if runnable(op, attrs, desc, s))
+        # no runnable split: every worker computes the whole op from whole inputs and keeps its slice
+        found = kernel or tuple(_computed_whole(s) for s in found if s.kind == "output")
+    if not found:
+        raise SearchError(f"cannot be split {k} ways at input shapes {list(ins)}: no dimension or strategy "
+                          f"divides evenly")
+    result = []
+    n_in = len(ins)
+    for s in found:
+        const = 0.0
+        tables = []
+        for i, shape in enumerate(ins):
+            regions = [w[i] for w in s.input_regions]
+            tables.append({d: _moved(regions, shape, d, k) * items[i] * (1 + grads[i])
+                           for d in (*range(len(shape)), None)})
+        for o, (shape, placement) in enumerate(zip(outs, s.outputs)):
+            g, size = grads[n_in + o], math.prod(shape) * items[n_in + o]
+            gather = (k - 1) * size * (1 + g)        # every worker needs all of a replicated output
+            if isinstance(placement, SplitDim):
+                produced = [w[o] for w in s.output_regions]
+                table = {d: _moved(produced, shape, d, k) * items[n_in + o] * (1 + g) for d in range(len(shape))}
+                tables.append({**table, None: gather})
+                continue
+            partial = isinstance(placement, PartialSum)
+            tables.append({**{d: 0.0 for d in range(len(shape))}, None: gather if partial else 0.0})
+            const += (k - 1) * size * ((1 + g) if partial else g)
+        for x, n in zip(s.exchanges, s.exchange_elements):
+            const += 2 * (k - 1) * n * items[n_in] * 2
+        result.append((s, const, tuple(tables)))
+    return tuple(result)
+
+
+def _moved(regions: Sequence[Region | None], shape: Shape, d: int | None, k: int) -> int:
+    """Elements of the workers' regions that they do not hold when the tensor is split k ways along d
+    (slice w is [w n / k, (w + 1) n / k) rounded down, so uneven extents split as evenly as they can)."""
+    total = 0
+    for w, r in enumerate(regions):
+        if r is None:
+            continue
+        held = r.size
+        if d is not None:
+            a, b = r.bounds[d]
+            lo, hi = w * shape[d] // k, (w + 1) * shape[d] // k - 1
+            overlap = max(0, min(b, hi) - max(a, lo) + 1)
+            held = r.size // (b - a + 1) * overlap
+        total += r.size - held
+    return total
+
+
+def _computed_whole(s: PartitionStrategy) -> PartitionStrategy:
+    """``s``'s output split, computed redundantly: each worker reads whole inputs and keeps its slice
+    (MXNet's kernel runs unchanged; named ``var*``)."""
+    whole = tuple(None if r is None else Region(tuple((0, n - 1) for n in shape), tuple((0, 0) for _ in shape))
+                  for r, shape in zip(s.input_regions[0], s.input_shapes))
+    return dataclasses.replace(s, var=s.var + "*", input_regions=tuple(whole for _ in range(s.k)))
+
+
+_CALLS: dict = {}
+
+
+def runnable(op, attrs, desc, s: PartitionStrategy) -> bool:
+    """Whether the strategy can be run: MXNet's kernel on the shards (checked on the border workers and one
+    interior one, which differs from the others by its offset only), or the op's declared expansion."""
+    if s.exchanges:
+        return registry.expansion(op) is not None
+    return all(kernel_call(op, attrs, desc, s, w) is not None for w in sorted({0, min(1, s.k - 1), s.k - 1}))
+
+
+def kernel_call(op, attrs, desc, s: PartitionStrategy, worker: int) -> ShardCall | None:
+    """MXNet's kernel call for one worker's shard (cached), or None when the kernel cannot run it."""
+    key = (op, attrs, s.input_shapes, tuple(o.shape for o in desc.outputs), s.var, s.kind, s.k, worker)
+    if key not in _CALLS:
+        try:
+            _CALLS[key] = shard_call(op, attrs, s, worker, desc)
+        except AnalysisError:
+            _CALLS[key] = None
+    return _CALLS[key]
+
+
+def next_view(view: NodeView, s: PartitionStrategy, k: int) -> NodeView:
+    """The op as worker 0's group sees it after the cut: MXNet's kernel call for its shard when there is
+    one, else the op on its regions (an expansion's statistics exchange recurs on the smaller problem)."""
+    if s.var.endswith("*"):        # computed whole on every worker: the same op again
+        return view
+    desc = describe(view.op, view.attrs, view.in_shapes, view.out_shapes)
+    call = None if s.exchanges else kernel_call(view.op, view.attrs, desc, s, 0)
+    outs = tuple(r.shape for r in s.output_regions[0])
+    if call is not None:
+        return NodeView(view.op, call.attrs, call.input_shapes(), outs if not call.crop else view.out_shapes,
+                        tuple(view.inputs[i] for i in call.inputs), view.outputs)
+    regions = s.input_regions[0]
+    keep = [i for i, r in enumerate(regions) if r is not None]
+    return NodeView(view.op, view.attrs, tuple(regions[i].shape for i in keep), outs,
+                    tuple(view.inputs[i] for i in keep), view.outputs)

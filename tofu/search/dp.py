@@ -1,0 +1,101 @@
+"""The exact one-cut DP (PAPER.md, "Search"; as in OptCNN/ICML'18, generalised to any graph).
+
+Input: a :class:`~tofu.search.problem.CutProblem`. Output: an optimal :class:`CutSolution`.
+
+Variable elimination along the op groups' topological order. After processing op groups 1..i, the
+*frontier* F_i is the set of tensor groups touched by some processed group and by some unprocessed one
+(tensors produced and still to be consumed: a ResNet shortcut stays in it across its block). With
+C_i(a) the least cost of groups 1..i given the frontier's choices a,
+
+    C_i(a') = min over (a, n, s) consistent with a' of  C_{i-1}(a) + cost_i(s; a, n)
+
+where n are the choices of the tensor groups group i touches first and s its strategy. A tensor group that
+group i touches first *and* last (a weight read by one op) is minimised out per strategy instead of being
+enumerated. Costs are separable per tensor group (problem.py), so the recurrence is exact: the DP returns
+the minimum of CutProblem.cost over all assignments. Ties break towards the lowest indices (deterministic).
+"""
+from __future__ import annotations
+
+import itertools
+
+from tofu.errors import SearchError
+from tofu.search.problem import CutProblem, CutSolution
+
+
+def solve_dp(p: CutProblem) -> CutSolution:
+    """The minimum-cost assignment of ``p`` (exact).
+
+    Raises:
+        SearchError: an op group has no strategy.
+    """
+    n_ops = len(p.ops)
+    if any(g.id != i for i, g in enumerate(p.ops)):
+        raise SearchError("op groups must be numbered in their order")
+    last = {}
+    for i, g in enumerate(p.ops):
+        if not g.strategies:
+            raise SearchError(f"op group '{g.name}' has no strategy for {p.k} workers")
+        for t in g.tensors():
+            last[t] = i
+    frontier: tuple[int, ...] = ()
+    layer: dict[tuple[int, ...], float] = {(): 0.0}
+    history = []      # per op group: (frontier before, persistent new, transient, back pointers)
+    seen: set[int] = set()
+    for i, g in enumerate(p.ops):
+        touched = list(dict.fromkeys(g.tensors()))
+        new = [t for t in touched if t not in seen]
+        transient = [t for t in new if last[t] == i]
+        persistent = [t for t in new if last[t] != i]
+        n_s = len(g.strategies)
+        agg: dict[int, tuple] = {}          # per tensor group: table[s][c], repeated terms summed
+        for t, table in g.terms:
+            agg[t] = table if t not in agg else tuple(tuple(a + b for a, b in zip(ra, rb))
+                                                      for ra, rb in zip(agg[t], table))
+        # per strategy: the constant plus the best total over the transient tensor groups
+        base_s = [g.const[s] + sum(min(agg[t][s]) for t in transient) for s in range(n_s)]
+        kept = [t for t in frontier + tuple(persistent) if last[t] > i]
+        pos = {t: j for j, t in enumerate(frontier)}
+        fixed = [(pos[t], agg[t]) for t in touched if t in pos]
+        pers = [agg[t] for t in persistent]
+        # where each kept tensor group's choice comes from: the old state or the enumerated combination
+        source = [(0, pos[t]) if t in pos else (1, persistent.index(t)) for t in kept]
+        nxt: dict[tuple[int, ...], float] = {}
+        back: dict[tuple[int, ...], tuple] = {}
+        ranges = [range(len(p.tensors[t].choices)) for t in persistent]
+        for state, base in layer.items():
+            fixed_cost = [base_s[s] + sum(tb[s][state[j]] for j, tb in fixed) for s in range(n_s)]
+            for combo in itertools.product(*ranges):
+                best, best_s = None, -1
+                for s in range(n_s):
+                    c = fixed_cost[s]
+                    for tb, ch in zip(pers, combo):
+                        c += tb[s][ch]
+                    if best is None or c < best:
+                        best, best_s = c, s
+                total = base + best
+                key = tuple(state[j] if src == 0 else combo[j] for src, j in source)
+                if key not in nxt or total < nxt[key]:
+                    nxt[key] = total
+                    back[key] = (state, combo, best_s)
+        history.append((frontier, tuple(persistent), tuple(transient), back))
+        seen.update(new)
+        frontier, layer = tuple(kept), nxt
+    # backtrack from the single empty frontier
+    x = [0] * len(p.tensors)
+    y = [0] * n_ops
+    key: tuple[int, ...] = ()
+    cost = layer[()]
+    for i in range(n_ops - 1, -1, -1):
+        frontier_before, persistent, transient, back = history[i]
+        state, combo, s = back[key]
+        y[i] = s
+        for t, c in zip(persistent, combo):
+            x[t] = c
+        g = p.ops[i]
+        for t in transient:
+            x[t] = min(range(len(p.tensors[t].choices)),
+                       key=lambda c: sum(tb[s][c] for tt, tb in g.terms if tt == t))
+        for t, c in zip(frontier_before, state):
+            x[t] = c
+        key = state
+    return CutSolution(tuple(x), tuple(y), cost)

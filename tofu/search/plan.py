@@ -1,0 +1,119 @@
+"""The search's output: a :class:`Plan`, a JSON-serializable value that the rewriter can replay alone.
+
+For every step of the recursion: the cut's width, how many identical worker groups it runs in, its cost for
+one group, each tensor's split dimension and each op's split variable; then the total communication, the
+search time and each device's memory under the plan.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tofu.errors import PlanError
+from tofu.graph.ir import Graph, Role
+from tofu.graph.memory import MemoryEstimate, estimate_training_memory
+
+PLAN_VERSION = 1
+
+
+@dataclass(frozen=True)
+class PlanStep:
+    factor: int                                   # workers per group this step splits into
+    groups: int                                   # identical groups the step runs in (F_j)
+    cost_bytes: float                             # d_j: bytes moved in one group
+    tensor_dims: tuple[tuple[str, int | None], ...]   # tensor name -> split dimension (None: replicated)
+    op_splits: tuple[tuple[str, str], ...]            # node name -> split index variable
+
+
+@dataclass(frozen=True)
+class Plan:
+    model: str
+    workers: int
+    algo: str
+    steps: tuple[PlanStep, ...]
+    comm_bytes: float                             # sum_j F_j d_j
+    search_seconds: float
+    per_device_bytes: tuple[tuple[str, int], ...]  # memory category -> bytes on one device
+    coarsening: tuple[tuple[str, int], ...]
+
+    def to_json(self) -> dict:
+        return {"version": PLAN_VERSION, "model": self.model, "workers": self.workers, "algo": self.algo,
+                "comm_bytes": self.comm_bytes, "search_seconds": self.search_seconds,
+                "per_device_bytes": dict(self.per_device_bytes), "coarsening": dict(self.coarsening),
+                "steps": [{"factor": s.factor, "groups": s.groups, "cost_bytes": s.cost_bytes,
+                           "tensor_dims": dict(s.tensor_dims), "op_splits": dict(s.op_splits)}
+                          for s in self.steps]}
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+
+    @staticmethod
+    def from_json(doc: Mapping) -> "Plan":
+        try:
+            if doc.get("version") != PLAN_VERSION:
+                raise PlanError(f"plan version {doc.get('version')!r} is not {PLAN_VERSION}")
+            steps = tuple(PlanStep(int(s["factor"]), int(s["groups"]), float(s["cost_bytes"]),
+                                   tuple((k, None if v is None else int(v)) for k, v in s["tensor_dims"].items()),
+                                   tuple((k, str(v)) for k, v in s["op_splits"].items())) for s in doc["steps"])
+            plan = Plan(str(doc["model"]), int(doc["workers"]), str(doc["algo"]), steps,
+                        float(doc["comm_bytes"]), float(doc["search_seconds"]),
+                        tuple((k, int(v)) for k, v in doc["per_device_bytes"].items()),
+                        tuple((k, int(v)) for k, v in doc.get("coarsening", {}).items()))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise PlanError(f"malformed plan: {type(e).__name__}: {e}") from None
+        if math.prod(s.factor for s in plan.steps) != plan.workers:
+            raise PlanError(f"plan's cuts multiply to {math.prod(s.factor for s in plan.steps)}, "
+                            f"not its {plan.workers} workers")
+        return plan
+
+    @staticmethod
+    def load(path: str | Path, graph: Graph | None = None) -> "Plan":
+        """Reads a plan; with ``graph``, checks that it was made for that graph (names of tensors and ops).
+
+        Raises:
+            PlanError: unreadable, malformed, or made for another model.
+        """
+        try:
+            doc = json.loads(Path(path).read_text())
+        except OSError as e:
+            raise PlanError(f"cannot read plan '{path}': {e.strerror}") from None
+        except json.JSONDecodeError as e:
+            raise PlanError(f"plan '{path}' is not valid JSON: {e.msg} at line {e.lineno}") from None
+        if not isinstance(doc, dict):
+            raise PlanError(f"plan '{path}' is not a JSON object")
+        plan = Plan.from_json(doc)
+        if graph is not None:
+            plan.check(graph)
+        return plan
+
+    def check(self, graph: Graph) -> None:
+        if self.model != graph.name:
+            raise PlanError(f"the plan is for model '{self.model}', not '{graph.name}'")
+        names = {t.name for t in graph.tensors}
+        ops = {n.name for n in graph.nodes}
+        for s in self.steps:
+            if set(dict(s.tensor_dims)) != names or set(dict(s.op_splits)) != ops:
+                raise PlanError(f"the plan's tensors and ops do not match model '{graph.name}' "
+                                f"(was it made with other options, e.g. batch size?)")
+
+
+def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
+                      estimate: MemoryEstimate | None = None) -> dict[str, int]:
+    """Each device's training memory under a plan: every category of the single-device estimate scaled by the
+    fraction of its tensors' bytes that one device holds at the end of the recursion."""
+    estimate = estimate or estimate_training_memory(graph)
+
+    def fraction(roles: tuple[Role, ...]) -> float:
+        full = sum(t.size for t in graph.tensors if t.role in roles)
+        held = sum(math.prod(final_shapes[t.id]) for t in graph.tensors if t.role in roles)
+        return held / full if full else 1.0
+
+    p, a = fraction((Role.PARAM,)), fraction((Role.ACTIVATION, Role.DATA, Role.LABEL))
+    out = {"params": int(estimate.params * p), "grads": int(estimate.grads * p),
+           "optimizer": int(estimate.optimizer * p), "aux": int(estimate.aux * fraction((Role.AUX,))),
+           "activations": int(estimate.activations * a), "workspace": int(estimate.workspace * a)}
+    out["total"] = sum(out.values())
+    return out

@@ -1,0 +1,122 @@
+"""Recursive k-way partitioning (PAPER.md, "Search"): repeated one-cut searches on ever smaller problems.
+
+Input: a Graph, the number of workers k and a one-cut solver. Output: the sequence of cuts.
+
+For k = f_1 f_2 ... f_m (powers of two first, then the other prime factors ascending), step j cuts every
+tensor f_j ways inside each of the F_j = f_1 ... f_{j-1} identical worker groups left by the earlier steps.
+After a cut the groups are identical, so the search continues on one of them: every tensor is held cut
+along its chosen dimension, and every op is its shard (the attributes and shapes MXNet's kernel runs it
+with, as worker 0 of the group sees them). The total communication is
+
+    total = sum_j F_j d_j          (d_1 + 2 d_2 + 4 d_3 + ... for k = 2^m)
+
+with d_j the optimal cost of step j's cut for one group. A flat search is the single step f_1 = k.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from tofu.errors import SearchError
+from tofu.graph.ir import Graph, Role
+from tofu.search.coarsen import Coarsening, coarsen
+from tofu.search.cost import CutIndex, NodeView, build_cut, choices, next_view
+from tofu.search.dp import solve_dp
+from tofu.search.problem import CutProblem, CutSolution
+
+log = logging.getLogger(__name__)
+Solver = Callable[[CutProblem], CutSolution]
+Shape = tuple[int, ...]
+
+
+def factorize(k: int) -> tuple[int, ...]:
+    """``k`` as its prime factors, twos first: 8 -> (2, 2, 2), 12 -> (2, 2, 3).
+
+    Raises:
+        SearchError: k < 1.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise SearchError(f"the number of workers must be a positive integer, got {k!r}")
+    factors, n, p = [], k, 2
+    while n > 1:
+        while n % p == 0:
+            factors.append(p)
+            n //= p
+        p += 1
+    return tuple(factors)
+
+
+@dataclass(frozen=True)
+class CutStep:
+    """One step of the recursion: its cut width, group multiplicity, problem, solution and what it means
+    for every tensor (dimension split) and op (strategy split variable)."""
+
+    factor: int
+    groups: int
+    problem: CutProblem
+    solution: CutSolution
+    tensor_dims: tuple[int | None, ...]      # per tensor id
+    op_vars: tuple[str, ...]                 # per node id: the split index variable
+    shapes: tuple[Shape, ...]                # per tensor id, held at this step (before the cut)
+
+    @property
+    def cost(self) -> float:
+        return self.solution.cost
+
+
+def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, coarse: Coarsening | None = None,
+           runnable_only: bool = True) -> tuple[CutStep, ...]:
+    """Cuts ``graph`` successively ``factors[0]``, ``factors[1]``, ... ways, each cut solved by ``solver``."""
+    coarse = coarse or coarsen(graph)
+    shapes = [t.shape for t in graph.tensors]
+    views = [NodeView.of(graph, n) for n in graph.nodes]
+    steps = []
+    groups = 1
+    for j, f in enumerate(factors):
+        for t in graph.by_role(Role.DATA):       # the model's input must split, or the cut is meaningless
+            if choices(shapes[t.id], f) == (None,):
+                raise SearchError(f"{math.prod(factors)} workers are too many for input '{t.name}' of shape "
+                                  f"{t.shape}: at cut {j + 1} ({f}-way) no dimension of {shapes[t.id]} "
+                                  f"divides by {f}")
+        problem, index = build_cut(graph, coarse, shapes, views, f, runnable_only)
+        solution = solver(problem)
+        dims = tuple(problem.tensors[coarse.tensor_group[t.id]].choices[solution.x[coarse.tensor_group[t.id]]]
+                     for t in graph.tensors)
+        op_vars, views = _apply(graph, coarse, problem, solution, index, views, dims, f)
+        log.info("step %d: %d-way cut, %d groups, %.3g bytes per group", j + 1, f, groups, solution.cost)
+        steps.append(CutStep(f, groups, problem, solution, dims, op_vars, tuple(shapes)))
+        shapes = [_cut(s, d, f) for s, d in zip(shapes, dims)]
+        groups *= f
+    return tuple(steps)
+
+
+def total_cost(steps: tuple[CutStep, ...]) -> float:
+    """sum_j F_j d_j."""
+    return sum(s.groups * s.cost for s in steps)
+
+
+def _cut(shape: Shape, d: int | None, f: int) -> Shape:
+    if d is None:
+        return shape
+    return tuple(n // f if i == d else n for i, n in enumerate(shape))
+
+
+def _apply(graph: Graph, coarse: Coarsening, problem: CutProblem, solution: CutSolution, index: CutIndex,
+           views: list[NodeView], dims: tuple[int | None, ...], f: int):
+    """Each node's split variable and its view for the next step."""
+    op_vars, new_views = [], []
+    group_of = {nid: g for g, nodes in enumerate(index.group_nodes) for nid in nodes}
+    for node in graph.nodes:
+        view = views[node.id]
+        if node.id not in group_of:      # a merged element-wise op follows its tensors' split
+            d = dims[node.outputs[0]]
+            op_vars.append(f"dim{d}" if d is not None else "replicate")
+            new_views.append(NodeView(view.op, view.attrs, tuple(_cut(s, d, f) for s in view.in_shapes),
+                                      tuple(_cut(s, d, f) for s in view.out_shapes), view.inputs, view.outputs))
+            continue
+        s = index.node_strategies[node.id][solution.y[group_of[node.id]]]
+        op_vars.append(s.var)
+        new_views.append(next_view(view, s, f))
+    return tuple(op_vars), new_views
