@@ -28,3 +28,18 @@ def load_graph(model: str, options: ModelOptions = ModelOptions(),
         raise InputShapeError(f"--shape applies to symbol files; zoo model '{model}' takes --batch/--seq-len")
     built = build_model(model, options)
     return import_symbol(built.symbol, built.shapes(), name=built.name)
+
+
+def clear_caches() -> None:
+    """Forgets every cached description, analysis, kernel check and cost table (for cold timings)."""
+    from tofu.analysis import strategies
+    from tofu.graph import single_op
+    from tofu.search import coarsen, cost
+    from tofu.tdl import describe
+
+    describe._describe.cache_clear()
+    strategies._analyse.cache_clear()
+    single_op._op_symbol.cache_clear()
+    coarsen._elementwise.cache_clear()
+    cost._costed.cache_clear()
+    cost._CALLS.clear()

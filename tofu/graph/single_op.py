@@ -63,14 +63,15 @@ def infer_op_shapes(op: str, attrs: Attrs | Mapping[str, str], input_shapes: Seq
 
 
 def run_op(op: str, attrs: Attrs | Mapping[str, str], inputs: Sequence[np.ndarray],
-           train: bool = False) -> list[np.ndarray]:
-    """Runs MXNet's forward kernel of ``op`` on float32 copies of ``inputs`` (on cpu) and returns its outputs."""
+           train: bool = False, ctx: mx.Context | None = None) -> list[np.ndarray]:
+    """Runs MXNet's forward kernel of ``op`` on float32 copies of ``inputs`` (on ``ctx``, cpu by default)."""
+    ctx = ctx or mx.cpu()
     sym = op_symbol(op, attrs, len(inputs))
-    values = {f"in{i}": mx.nd.array(np.asarray(a), dtype="float32") for i, a in enumerate(inputs)}
+    values = {f"in{i}": mx.nd.array(np.asarray(a), ctx=ctx, dtype="float32") for i, a in enumerate(inputs)}
     aux_names = sym.list_auxiliary_states()
     args = {k: v for k, v in values.items() if k not in aux_names}
     aux = {k: values[k] for k in aux_names}
-    exe = sym.bind(mx.cpu(), args=args, aux_states=aux, grad_req="null")
+    exe = sym.bind(ctx, args=args, aux_states=aux, grad_req="null")
     return [o.asnumpy() for o in exe.forward(is_train=train)]
 
 

@@ -19,6 +19,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tofu.analysis.strategies import PartitionStrategy
 from tofu.errors import SearchError
 from tofu.graph.ir import Graph, Role
 from tofu.search.coarsen import Coarsening, coarsen
@@ -60,6 +61,8 @@ class CutStep:
     tensor_dims: tuple[int | None, ...]      # per tensor id
     op_vars: tuple[str, ...]                 # per node id: the split index variable
     shapes: tuple[Shape, ...]                # per tensor id, held at this step (before the cut)
+    strategies: tuple[PartitionStrategy | None, ...] = ()   # per node id (None: a merged element-wise op)
+    views: tuple[NodeView, ...] = ()         # per node id: the op as this step's groups see it
 
     @property
     def cost(self) -> float:
@@ -84,9 +87,13 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
         solution = solver(problem)
         dims = tuple(problem.tensors[coarse.tensor_group[t.id]].choices[solution.x[coarse.tensor_group[t.id]]]
                      for t in graph.tensors)
-        op_vars, views = _apply(graph, coarse, problem, solution, index, views, dims, f)
+        group_of = {nid: g for g, nodes in enumerate(index.group_nodes) for nid in nodes}
+        chosen = tuple(index.node_strategies[n.id][solution.y[group_of[n.id]]] if n.id in group_of else None
+                       for n in graph.nodes)
+        op_vars, next_views = _apply(graph, coarse, problem, solution, index, views, dims, f)
         log.info("step %d: %d-way cut, %d groups, %.3g bytes per group", j + 1, f, groups, solution.cost)
-        steps.append(CutStep(f, groups, problem, solution, dims, op_vars, tuple(shapes)))
+        steps.append(CutStep(f, groups, problem, solution, dims, op_vars, tuple(shapes), chosen, tuple(views)))
+        views = next_views
         shapes = [_cut(s, d, f) for s, d in zip(shapes, dims)]
         groups *= f
     return tuple(steps)
