@@ -29,7 +29,7 @@ import numpy as np
 from tofu import registry
 from tofu.analysis.shard import shard_call
 from tofu.analysis.strategies import (PartialSum, PartitionStrategy, Region, Replicate, SplitDim, SymbolicStrategy,
-                                      analyse, computed_tensors, instantiate, reduction_root)
+                                      analyse, instantiate, reduction_root, worker_ranges)
 from tofu.errors import TofuError, UnsupportedOperatorError
 from tofu.graph.single_op import infer_op_shapes
 from tofu.tdl.describe import OpDescription, describe
@@ -241,31 +241,11 @@ class CaseReport:
     nested: tuple[NestedReduction, ...]       # reductions without a strategy of their own
 
 
-def worker_restrict(desc: OpDescription, s: PartitionStrategy, w: int) -> dict[Var, tuple[int, int]]:
-    """Worker ``w``'s ranges: its output boxes along the split dimension, or its share of the reduction, and
-    its share of every reduction whose partial statistics the strategy exchanges."""
-    step = s.split_extent // s.k
-    comps = computed_tensors(desc)
-    restrict: dict[Var, tuple[int, int]] = {}
-    for x in s.exchanges:       # a statistic exchanged between workers: each reduces over its share
-        v = next(v for v in reduction_root(comps[x.tensor].body)[0].vars if v.name == x.var)
-        restrict[v] = (w * step, (w + 1) * step - 1)
-    for o, out in enumerate(desc.outputs):
-        if isinstance(s.outputs[o], SplitDim):
-            d = s.outputs[o].dim
-            restrict[out.vars[d]] = s.output_regions[w][o].bounds[d]
-    if s.kind == "reduce":
-        root = reduction_root(desc.outputs[0].body)[0]
-        v = next(v for v in root.vars if v.name == s.var)
-        restrict[v] = (w * step, (w + 1) * step - 1)
-    return restrict
-
-
 def compare_regions(desc: OpDescription, s: PartitionStrategy) -> tuple[InputCheck, ...]:
     """Per input, the derived regions of all workers against the brute-force boxes."""
     found: list[list[tuple[int, Region | None, list | None]]] = [[] for _ in desc.inputs]
     for w in range(s.k):
-        touched = Touched(worker_restrict(desc, s, w))
+        touched = Touched(worker_ranges(desc, s, w))
         for out in desc.outputs:
             touched.output(out.vars, out.shape, out.body)
         for i, t in enumerate(desc.inputs):

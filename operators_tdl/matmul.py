@@ -8,11 +8,11 @@ access stays affine: FullyConnected with ``flatten=True`` contracts one variable
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import Sum, TensorVar, ValueExpr, Var, nary
+from tofu.tdl.expr import Sum, TensorVar, nary
 
 
 def row_major(indices: Sequence, shape: Sequence[int]):

@@ -13,13 +13,13 @@ import pytest
 
 from tofu import registry
 from tofu.analysis.shard import combine, run_shard, shard_call
-from tofu.analysis.strategies import (PartialSum, Replicate, SplitDim, computed_tensors, reduction_root,
-                                      strategies)
+from tofu.analysis.strategies import (PartialSum, Replicate, computed_tensors, reduction_root, strategies,
+                                      worker_ranges)
 from tofu.errors import AnalysisError
 from tofu.graph.attrs import Attrs
 from tofu.graph.single_op import infer_op_shapes, run_op
 from tofu.tdl.describe import describe
-from tofu.tdl.expr import FULL, Access, Affine, Computed, Var
+from tofu.tdl.expr import FULL, Affine, Computed, Var
 from tofu.tdl.interpret import _Evaluator, evaluate
 
 from tests.operators.test_conformance import random_inputs
@@ -75,23 +75,6 @@ def _exchanged(desc, s):
     return out
 
 
-def _worker_restrict(desc, s, w):
-    """The interpreter ranges of worker ``w``: its output boxes, or its share of the split reduction (and of
-    the reductions whose partial statistics are exchanged)."""
-    step = s.split_extent // s.k
-    restrict = {v: (w * step, (w + 1) * step - 1) for _, v, _ in _exchanged(desc, s)}
-    for o, out in enumerate(desc.outputs):
-        if isinstance(s.outputs[o], SplitDim):
-            d = s.outputs[o].dim
-            restrict[out.vars[d]] = s.output_regions[w][o].bounds[d]
-    if s.kind == "reduce":
-        root = reduction_root(desc.outputs[0].body)[0]
-        v = next(v for v in root.vars if v.name == s.var)
-        step = s.split_extent // s.k
-        restrict[v] = (w * step, (w + 1) * step - 1)
-    return restrict
-
-
 def _masked(inputs, s, w, ints):
     out = []
     for i, (x, region) in enumerate(zip(inputs, s.input_regions[w])):
@@ -117,10 +100,10 @@ def test_every_strategy_computes_from_its_regions(op, i, case, k):
         masked = [_masked(inputs, s, w, ints) for w in range(k)]
         given = {}       # exchanged statistics: every worker's partial, combined, known to all
         for t, _, reducer in _exchanged(desc, s):
-            partial = [_worker_evaluator(desc, masked[w], _worker_restrict(desc, s, w), given)
+            partial = [_worker_evaluator(desc, masked[w], worker_ranges(desc, s, w), given)
                        .tensor(t.vars, t.shape, t.body) for w in range(k)]
             given[id(t)] = REDUCERS[reducer].reduce(np.stack(partial), axis=0)
-        parts = [tuple(_worker_evaluator(desc, masked[w], _worker_restrict(desc, s, w), given)
+        parts = [tuple(_worker_evaluator(desc, masked[w], worker_ranges(desc, s, w), given)
                        .tensor(o.vars, o.shape, o.body) for o in desc.outputs) for w in range(k)]
         for o, expected in enumerate(full):
             got = [p[o] for p in parts]
@@ -225,7 +208,7 @@ def test_regions_equal_brute_force(op, i, case, k):
         for w in range(k):
             boxes, exact = {}, {}
             arrays = {id(t): x for t, x in zip(desc.inputs, inputs)}
-            rec = _Recorder(op, arrays, _worker_restrict(desc, s, w), boxes, exact)
+            rec = _Recorder(op, arrays, worker_ranges(desc, s, w), boxes, exact)
             for out in desc.outputs:
                 rec.tensor(out.vars, out.shape, out.body)
             for t, region in zip(desc.inputs, s.input_regions[w]):

@@ -1,6 +1,4 @@
 """Graph import: the IR agrees with MXNet's own shape inference entry by entry, for every zoo model."""
-import json
-
 import mxnet as mx
 import pytest
 

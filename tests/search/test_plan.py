@@ -11,7 +11,6 @@ from tofu.models import ModelOptions, build_model
 from tofu.search.algorithms import plan_graph
 from tofu.search.coarsen import coarsen
 from tofu.search.cost import NodeView, build_cut
-from tofu.search.dp import solve_dp
 from tofu.search.plan import Plan
 from tofu.search.recursive import factorize, search, total_cost
 

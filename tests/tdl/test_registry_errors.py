@@ -119,7 +119,7 @@ def test_bad_declarations_name_op_and_source():
     with pytest.raises(TDLError, match=f"_tofu_test_bad \\({HERE}:bad\\): a variadic '\\*name' input must be the "
                                        "only input"):
         @tdl_op("_tofu_test_bad", inputs=("*xs", "y"))
-        def bad(xs, y, attrs):
+        def bad(xs, y, attrs):  # noqa: F811 (the first one never registered)
             return lambda *i: y[i]
 
     assert "_tofu_test_bad" not in registry.REGISTRY

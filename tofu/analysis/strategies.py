@@ -28,8 +28,8 @@ from functools import cached_property, lru_cache
 from tofu.analysis.interval import BoundSym, Interval, bound
 from tofu.errors import AnalysisError
 from tofu.tdl.describe import OpDescription
-from tofu.tdl.expr import (FULL, Access, Affine, Binary, Computed, Const, IndexExpr, OpaqueCall, Reduce, TensorVar,
-                           ValueExpr, Var, children, index_vars)
+from tofu.tdl.expr import (FULL, Access, Affine, Binary, Computed, IndexExpr, OpaqueCall, Reduce, ValueExpr, Var,
+                           children, index_vars)
 
 
 @dataclass(frozen=True)
@@ -492,3 +492,22 @@ def _output_region(p: Placement, shape: Sequence[int], w: int, step: int) -> Reg
     if isinstance(p, SplitDim):
         bounds[p.dim] = (w * step, (w + 1) * step - 1)
     return Region(tuple(bounds), tuple((0, 0) for _ in shape))
+
+
+def worker_ranges(desc: OpDescription, s: PartitionStrategy, w: int) -> dict[Var, tuple[int, int]]:
+    """Worker ``w``'s inclusive ranges of the index variables ``s`` restricts: its output boxes along the split
+    dimension, its share of a split reduction, and its share of every reduction whose partial statistics are
+    exchanged (for the reference interpreter's ``restrict``)."""
+    step = s.split_extent // s.k
+    share = (w * step, (w + 1) * step - 1)
+    comps = computed_tensors(desc)
+    ranges: dict[Var, tuple[int, int]] = {}
+    for x in s.exchanges:
+        ranges[next(v for v in reduction_root(comps[x.tensor].body)[0].vars if v.name == x.var)] = share
+    for o, out in enumerate(desc.outputs):
+        if isinstance(s.outputs[o], SplitDim):
+            d = s.outputs[o].dim
+            ranges[out.vars[d]] = s.output_regions[w][o].bounds[d]
+    if s.kind == "reduce":
+        ranges[next(v for v in reduction_root(desc.outputs[0].body)[0].vars if v.name == s.var)] = share
+    return ranges

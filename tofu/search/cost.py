@@ -16,7 +16,8 @@ gradient (parameters and activations; not data, labels or auxiliary states):
 
 Backward is the adjoint of forward: a fetched input region becomes a reduced gradient region, a
 reduce-scatter of partial outputs becomes an all-gather of the output gradient, a conversion is converted
-back. The costs depend on a strategy and one tensor's choice each, so they are separable (problem.py).
+back. Tied ops (the timesteps of an RNN layer) that read the same tensor fetch it once per iteration (and
+reduce its gradient once), as a worker keeps what it fetched. The costs depend on a strategy and one tensor's choice each, so they are separable (problem.py).
 Only strategies that can be run (MXNet's kernel on the shards, or the op's declared expansion when the
 strategy exchanges statistics) are offered, unless ``runnable_only`` is off.
 """
@@ -103,6 +104,7 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape], views: 
         nodes = group_nodes[g]
         const = None
         terms: dict[int, np.ndarray] = {}
+        fetched: set[tuple[int, int]] = set()
         names = kinds = produces = None
         for nid in nodes:
             node = graph.nodes[nid]
@@ -116,9 +118,14 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape], views: 
                                        for t, p in zip(node.outputs, o.strategy.outputs)) for o in options)
             elif tuple(o.strategy.var for o in options) != names:
                 raise SearchError(f"tied ops of group '{graph.nodes[nodes[0]].name}' differ in strategies")
+            n_inputs = len(views[nid].inputs)
             for s, o in enumerate(options):
                 const[s] += o.const
-                for t, per_dim in o.terms:
+                for p, (t, per_dim) in enumerate(o.terms):
+                    if p < n_inputs and (t, s) in fetched:
+                        continue        # a tied op reads the same tensor (an RNN weight): fetched once
+                    if p < n_inputs:
+                        fetched.add((t, s))
                     tg = coarse.tensor_group[t]
                     row = [per_dim[d] for d in tgroups[tg].choices]
                     terms.setdefault(tg, np.zeros((len(options), len(row))))[s] += row
