@@ -79,7 +79,7 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
     layouts = [tuple(i for i, r in enumerate(regions) if r is not None)]
     if len(layouts[0]) < len(regions):
         layouts.append(tuple(range(len(regions))))
-    for padded in ((True, False) if has_halo else (False,)):
+    for padded in ((False, True) if has_halo else (False,)):      # the kernel's own padding first
         for present in layouts:
             used = tuple(regions[i] if regions[i] is not None else whole[i] for i in present)
             shapes = tuple(r.padded_shape if padded else r.shape for r in used)

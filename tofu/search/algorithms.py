@@ -25,9 +25,13 @@ def _baseline(name: str) -> Callable:
     return solver
 
 
+ILP_TIME_LIMIT: float | None = None
+"""Seconds one ILP cut may take (None: no limit); past it the search fails rather than return a worse plan."""
+
+
 def _ilp(problem):
     from tofu.search.reference import solve_ilp
-    return solve_ilp(problem)
+    return solve_ilp(problem, ILP_TIME_LIMIT, tight=True, require_optimal=True)
 
 
 # name -> (solver of one cut, recursive?). Flat algorithms make one k-way cut.

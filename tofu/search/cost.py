@@ -9,6 +9,7 @@ tensor if t is replicated). An op run with strategy s needs, on worker w, the re
 gradient (parameters and activations; not data, labels or auxiliary states):
 
     fetch       sum_w |R_w(s, i) \\ H_w(i, d_i)|                            x (1 + g(i))
+    replicated  2 (k - 1) / k sum_w |R_w(s, i)| g(i)   (the gradient parts of a replicated input all-reduced)
     convert     sum_w |P_w(s, o) \\ H_w(o, d_o)|   (output split along d')  x (1 + g(o))
     reduce      (k - 1) |o|                        (partial outputs)        x (1 + g(o))
     replicate   (k - 1) |o| g(o)                   (backward: all-gather of the output's gradient)
@@ -184,8 +185,11 @@ def _costed(op, attrs, ins, outs, k, grads, items, runnable_only):
         tables = []
         for i, shape in enumerate(ins):
             regions = [w[i] for w in s.input_regions]
-            tables.append({d: _moved(regions, shape, d, k) * items[i] * (1 + grads[i])
-                           for d in (*range(len(shape)), None)})
+            table = {d: _moved(regions, shape, d, k) * items[i] * (1 + grads[i]) for d in range(len(shape))}
+            # replicated: reading is free, but the workers' gradient parts are all-reduced
+            read = sum(r.size for r in regions if r is not None)
+            table[None] = 2 * (k - 1) / k * read * items[i] * grads[i]
+            tables.append(table)
         for o, (shape, placement) in enumerate(zip(outs, s.outputs)):
             g, size = grads[n_in + o], math.prod(shape) * items[n_in + o]
             gather = (k - 1) * size * (1 + g)        # every worker needs all of a replicated output
@@ -261,7 +265,6 @@ def next_view(view: NodeView, s: PartitionStrategy, k: int) -> NodeView:
     if call is not None:
         return NodeView(view.op, call.attrs, call.input_shapes(), outs if not call.crop else view.out_shapes,
                         tuple(view.inputs[i] for i in call.inputs), view.outputs)
-    regions = s.input_regions[0]
-    keep = [i for i, r in enumerate(regions) if r is not None]
-    return NodeView(view.op, view.attrs, tuple(regions[i].shape for i in keep), outs,
-                    tuple(view.inputs[i] for i in keep), view.outputs)
+    # an input the strategy does not read keeps its shape (the op still takes it)
+    shapes = tuple(r.shape if r is not None else shape for r, shape in zip(s.input_regions[0], view.in_shapes))
+    return NodeView(view.op, view.attrs, shapes, outs, view.inputs, view.outputs)

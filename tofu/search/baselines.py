@@ -1,0 +1,164 @@
+"""The paper's competing partitioners (PAPER.md, "Evaluation"), as one-cut solvers on Tofu's cost model.
+
+Input: a :class:`~tofu.search.problem.CutProblem`. Output: a :class:`~tofu.search.problem.CutSolution`
+whose ``cost`` is ``problem.cost(x, y)``. ``tofu.search.algorithms`` runs each as ONE flat k-way cut.
+
+Notation (problem.py): x_t is the choice of tensor group t, y_g the strategy of op group g, and
+
+    cost(x, y) = sum_g c_g(y_g; x),   c_g(s; x) = const[g][s] + sum_t T_gt[s][x_t]
+
+with T_gt the table of (g, t), repeated terms summed. Two greedy completions recur below:
+
+    best_y(x)_g = argmin_s c_g(s; x)                        (per-op greedy, exact given x)
+    best_x(y)_t = argmin_c sum_{g touching t} T_gt[y_g][c]  (exact given y: costs are separable)
+
+and the *best case* of g under a partial assignment x' (undecided tensor groups at their own cheapest
+choice, independently per strategy):
+
+    lb_g(s; x') = const[g][s] + sum_{t decided} T_gt[s][x'_t] + sum_{t undecided} min_c T_gt[s][c]
+
+Ties break towards the lowest index.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+
+from tofu.search.dp import solve_dp
+from tofu.search.problem import CutProblem, CutSolution, OpGroup
+
+Table = tuple[tuple[float, ...], ...]
+
+
+def data_parallel(p: CutProblem) -> CutSolution:
+    """Data parallelism: every op splits its batch.
+
+    y_g = the batch strategy of g, i.e. one whose ``produces`` puts g's first output on dimension 0 (the
+    best-case cheapest lb_g(s; {}) among several); for an op whose first output cannot be split on
+    dimension 0 at this k, argmin_s lb_g(s; {}). Then x = best_x(y), exact given y.
+    """
+    y = []
+    for g in p.ops:
+        batch = [s for s in range(len(g.strategies)) if g.produces[s] and g.produces[s][0][1] == 0]
+        y.append(_best_case(g, _tables(g), {}, batch or range(len(g.strategies))))
+    return _solution(p, _best_x(p, y), y)
+
+
+def allrow_greedy(p: CutProblem) -> CutSolution:
+    """AllRow-Greedy: every tensor group split on dimension 0 where it can be (else its first choice), then
+    y = best_y(x), per-op greedy."""
+    x = [t.choices.index(0) if 0 in t.choices else 0 for t in p.tensors]
+    return _solution(p, x, _best_y(p, x))
+
+
+def spartan(p: CutProblem) -> CutSolution:
+    """Spartan: greedy tiling of the largest tensors first.
+
+    Tensor groups in decreasing ``nbytes`` (then id); each takes
+
+        x_t = argmin_c sum_{g touching t} min_s lb_g(s; x' with x'_t = c)
+
+    with x' the groups decided so far; tensor groups no op touches take choice 0. Then y = best_y(x).
+    """
+    touching = _touching(p)
+    tables = [_tables(g) for g in p.ops]
+    x: dict[int, int] = {}
+    for t in sorted(p.tensors, key=lambda t: (-t.nbytes, t.id)):
+        x[t.id] = min(range(len(t.choices)),
+                      key=lambda c: sum(min(_lower(g, tables[g.id], {**x, t.id: c}, s)
+                                            for s in range(len(g.strategies))) for g in touching[t.id]))
+    xs = [x[t.id] for t in p.tensors]
+    return _solution(p, xs, _best_y(p, xs))
+
+
+def equalchop(p: CutProblem) -> CutSolution:
+    """EqualChop: one k-way split of each op along one dimension, in topological order, no global search.
+
+    Op groups by ``order``: y_g = argmin_s lb_g(s; x') with x' the tensor groups decided so far; then each
+    undecided output tensor group o of g takes the dimension y_g produces on it if that is a choice, else
+    argmin_c T_go[y_g][c] (g's own cheapest). Tensor groups still undecided at the end take best_x(y).
+    """
+    x: dict[int, int] = {}
+    y = [0] * len(p.ops)
+    for g in sorted(p.ops, key=lambda g: (g.order, g.id)):
+        tables = _tables(g)
+        s = y[g.id] = _best_case(g, tables, x, range(len(g.strategies)))
+        for t, dim in g.produces[s]:
+            if t in x:
+                continue
+            choices = p.tensors[t].choices
+            if dim is not None and dim in choices:
+                x[t] = choices.index(dim)
+            elif t in tables:
+                x[t] = min(range(len(choices)), key=lambda c: tables[t][s][c])
+    rest = _best_x(p, y)
+    xs = [x.get(t.id, rest[t.id]) for t in p.tensors]
+    return _solution(p, xs, y)
+
+
+def icml18(p: CutProblem) -> CutSolution:
+    """ICML18 (OptCNN): layer-wise choices limited to the batch and channel dimensions, solved exactly.
+
+    Restricts every op group to the strategies that put its first output on dimension 0 or 1 (all of them
+    if none does) and every tensor group to its choices in {0, 1} (all of them if none is), then minimises
+    cost(x, y) over the restricted assignments with :func:`~tofu.search.dp.solve_dp`.
+    """
+    keep_c = []
+    for t in p.tensors:
+        kept = [c for c, d in enumerate(t.choices) if d in (0, 1)]
+        keep_c.append(kept or list(range(len(t.choices))))
+    keep_s = []
+    for g in p.ops:
+        kept = [s for s in range(len(g.strategies)) if g.produces[s] and g.produces[s][0][1] in (0, 1)]
+        keep_s.append(kept or list(range(len(g.strategies))))
+    tensors = tuple(dataclasses.replace(t, choices=tuple(t.choices[c] for c in keep_c[t.id])) for t in p.tensors)
+    ops = tuple(dataclasses.replace(
+        g, strategies=tuple(g.strategies[s] for s in keep_s[g.id]), kinds=tuple(g.kinds[s] for s in keep_s[g.id]),
+        const=tuple(g.const[s] for s in keep_s[g.id]), produces=tuple(g.produces[s] for s in keep_s[g.id]),
+        terms=tuple((t, tuple(tuple(table[s][c] for c in keep_c[t]) for s in keep_s[g.id])) for t, table in g.terms))
+        for g in p.ops)
+    sub = solve_dp(CutProblem(p.k, tensors, ops))
+    return _solution(p, [keep_c[t][c] for t, c in enumerate(sub.x)], [keep_s[g][s] for g, s in enumerate(sub.y)])
+
+
+def _solution(p: CutProblem, x, y) -> CutSolution:
+    x, y = tuple(x), tuple(y)
+    p.check(x, y)
+    return CutSolution(x, y, p.cost(x, y))
+
+
+def _tables(g: OpGroup) -> dict[int, Table]:
+    """T_gt per touched tensor group, repeated terms summed."""
+    out: dict[int, Table] = {}
+    for t, table in g.terms:
+        out[t] = table if t not in out else tuple(tuple(a + b for a, b in zip(ra, rb))
+                                                  for ra, rb in zip(out[t], table))
+    return out
+
+
+def _lower(g: OpGroup, tables: Mapping[int, Table], x: Mapping[int, int], s: int) -> float:
+    """lb_g(s; x), ``tables`` being g's."""
+    return g.const[s] + sum(table[s][x[t]] if t in x else min(table[s]) for t, table in tables.items())
+
+
+def _best_case(g: OpGroup, tables: Mapping[int, Table], x: Mapping[int, int], candidates) -> int:
+    return min(candidates, key=lambda s: _lower(g, tables, x, s))
+
+
+def _best_y(p: CutProblem, x) -> list[int]:
+    return [min(range(len(g.strategies)), key=lambda s: p.op_cost(g, s, x)) for g in p.ops]
+
+
+def _best_x(p: CutProblem, y) -> list[int]:
+    tables = [_tables(g) for g in p.ops]
+    touching = _touching(p)
+    return [min(range(len(t.choices)), key=lambda c: sum(tables[g.id][t.id][y[g.id]][c] for g in touching[t.id]))
+            for t in p.tensors]
+
+
+def _touching(p: CutProblem) -> dict[int, list[OpGroup]]:
+    out: dict[int, list[OpGroup]] = {t.id: [] for t in p.tensors}
+    for g in p.ops:
+        for t in dict.fromkeys(g.tensors()):
+            out[t].append(g)
+    return out
