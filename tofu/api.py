@@ -32,10 +32,13 @@ def load_graph(model: str, options: ModelOptions = ModelOptions(),
 
 def clear_caches() -> None:
     """Forgets every cached description, analysis, kernel check and cost table (for cold timings)."""
-    from tofu.analysis import strategies
-    from tofu.graph import single_op
-    from tofu.search import coarsen, cost
-    from tofu.tdl import describe
+    import importlib
+
+    strategies = importlib.import_module("tofu.analysis.strategies")    # the package shadows it by a function
+    single_op = importlib.import_module("tofu.graph.single_op")
+    coarsen = importlib.import_module("tofu.search.coarsen")
+    cost = importlib.import_module("tofu.search.cost")
+    describe = importlib.import_module("tofu.tdl.describe")
 
     describe._describe.cache_clear()
     strategies._analyse.cache_clear()
