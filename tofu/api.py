@@ -43,6 +43,7 @@ def clear_caches() -> None:
     describe._describe.cache_clear()
     strategies._analyse.cache_clear()
     single_op._op_symbol.cache_clear()
+    single_op._infer.cache_clear()
     coarsen._elementwise.cache_clear()
     cost._costed.cache_clear()
     cost._CALLS.clear()

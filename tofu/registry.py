@@ -49,9 +49,14 @@ def lookup(op: str, node: str | None = None) -> "OpSpec":
         raise UnsupportedOperatorError(op, known=REGISTRY, node=node) from None
 
 
+_LOADED: list[bool] = []
+
+
 def load_builtin_operators() -> dict[str, "OpSpec"]:
-    """Imports every description family of ``operators_tdl`` (idempotent) and returns the registry."""
-    package = importlib.import_module("operators_tdl")
-    for family in package.FAMILIES:
-        importlib.import_module(f"operators_tdl.{family}")
+    """Imports every description family of ``operators_tdl`` (once) and returns the registry."""
+    if not _LOADED:
+        package = importlib.import_module("operators_tdl")
+        for family in package.FAMILIES:
+            importlib.import_module(f"operators_tdl.{family}")
+        _LOADED.append(True)
     return REGISTRY

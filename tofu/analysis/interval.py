@@ -151,7 +151,16 @@ def evaluate_index(e: IndexExpr, values: Mapping) -> int:
         except KeyError:
             raise AnalysisError(f"no value for '{e}'") from None
     if isinstance(e, Affine):
-        return e.const + sum(c * evaluate_index(a, values) for a, c in e.terms)
+        total = e.const
+        for a, c in e.terms:
+            if type(a) is BoundSym or type(a) is Var:
+                try:
+                    total += c * values[a]
+                except KeyError:
+                    raise AnalysisError(f"no value for '{a}'") from None
+            else:
+                total += c * evaluate_index(a, values)
+        return total
     if isinstance(e, FloorDiv):
         return evaluate_index(e.arg, values) // e.k
     if isinstance(e, Mod):

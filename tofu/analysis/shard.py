@@ -55,7 +55,7 @@ class ShardCall:
 
 
 def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
-               full: OpDescription | None = None) -> ShardCall:
+               full: OpDescription | None = None, prefer: Attrs | None = None) -> ShardCall:
     """How ``worker`` runs MXNet's kernel of ``op`` under ``strategy``.
 
     Inputs the description never reads (BatchNorm's moving statistics in training) are either dropped (with
@@ -79,25 +79,29 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
     layouts = [tuple(i for i, r in enumerate(regions) if r is not None)]
     if len(layouts[0]) < len(regions):
         layouts.append(tuple(range(len(regions))))
-    for padded in ((False, True) if has_halo else (False,)):      # the kernel's own padding first
-        for present in layouts:
-            used = tuple(regions[i] if regions[i] is not None else whole[i] for i in present)
-            shapes = tuple(r.padded_shape if padded else r.shape for r in used)
-            for crop, target in ((False, wanted), (True, full_out)):
-                if crop and target == wanted:
-                    continue
-                for candidate in _candidates(attrs, target, full_out, len(regions), len(present), padded):
-                    try:
-                        got = infer_op_shapes(op, candidate, shapes)
-                    except TofuError:
-                        continue
-                    if tuple(got[:len(target)]) != target:
-                        continue
-                    call = ShardCall(present, used, padded, zeroed, candidate, crop)
-                    reason = _verify(op, attrs, full, strategy, worker, call, got)
-                    if reason is None:
-                        return call
-                    rejected.append(reason)
+    attempts = [(padded, present, False, wanted) for padded in ((False, True) if has_halo else (False,))
+                for present in layouts]              # the kernel's own padding first
+    if full_out != wanted and all(r is not None and r.shape == shape and not any(map(any, r.pad))
+                                  for r, shape in zip(regions, strategy.input_shapes)):
+        attempts.append((False, tuple(range(len(regions))), True, full_out))   # whole inputs: crop the output
+    for padded, present, crop, target in attempts:
+        used = tuple(regions[i] if regions[i] is not None else whole[i] for i in present)
+        shapes = tuple(r.padded_shape if padded else r.shape for r in used)
+        tried = (attrs,) if crop else _candidates(attrs, target, full_out, len(regions), len(present), padded)
+        if prefer is not None and not crop:     # another worker's rewrite usually fits this one too
+            tried = itertools.chain((prefer,), tried)
+        for candidate in tried:
+            try:
+                got = infer_op_shapes(op, candidate, shapes)
+            except TofuError:
+                continue
+            if tuple(got[:len(target)]) != target:
+                continue
+            call = ShardCall(present, used, padded, zeroed, candidate, crop)
+            reason = _verify(op, attrs, full, strategy, worker, call, got)
+            if reason is None:
+                return call
+            rejected.append(reason)
     why = f": {rejected[0]}" if rejected else ": no attributes give the shard's shapes"
     raise AnalysisError(f"MXNet's kernel cannot run worker {worker}'s shard of {strategy}{why}")
 

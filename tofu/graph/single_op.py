@@ -48,7 +48,14 @@ def num_visible_outputs(op: str, attrs: Attrs | Mapping[str, str], arity: int) -
 
 
 def infer_op_shapes(op: str, attrs: Attrs | Mapping[str, str], input_shapes: Sequence[Shape]) -> list[Shape]:
-    """MXNet's shapes of every visible output of ``op`` applied to inputs of ``input_shapes``."""
+    """MXNet's shapes of every visible output of ``op`` applied to inputs of ``input_shapes`` (cached)."""
+    raw = attrs.to_mxnet() if isinstance(attrs, Attrs) else dict(attrs)
+    return list(_infer(op, tuple(sorted(raw.items())), tuple(tuple(int(d) for d in s) for s in input_shapes)))
+
+
+@lru_cache(maxsize=16384)
+def _infer(op: str, items: tuple, input_shapes: tuple) -> tuple[Shape, ...]:
+    attrs = dict(items)
     sym = op_symbol(op, attrs, len(input_shapes))
     shapes = {f"in{i}": tuple(s) for i, s in enumerate(input_shapes)}
     try:
@@ -59,7 +66,7 @@ def infer_op_shapes(op: str, attrs: Attrs | Mapping[str, str], input_shapes: Seq
         raise InputShapeError(f"{op}: MXNet rejects input shapes {list(input_shapes)}: {first_line(e)}") from None
     if out is None or any(s is None for s in out):
         raise InputShapeError(f"{op}: MXNet cannot infer the output shapes from {list(input_shapes)}")
-    return [tuple(s) for s in out]
+    return tuple(tuple(s) for s in out)
 
 
 def run_op(op: str, attrs: Attrs | Mapping[str, str], inputs: Sequence[np.ndarray],

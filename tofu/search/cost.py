@@ -247,8 +247,9 @@ def kernel_call(op, attrs, desc, s: PartitionStrategy, worker: int) -> ShardCall
     """MXNet's kernel call for one worker's shard (cached), or None when the kernel cannot run it."""
     key = (op, attrs, s.input_shapes, tuple(o.shape for o in desc.outputs), s.var, s.kind, s.k, worker)
     if key not in _CALLS:
+        first = _CALLS.get(key[:-1] + (0,)) if worker else None
         try:
-            _CALLS[key] = shard_call(op, attrs, s, worker, desc)
+            _CALLS[key] = shard_call(op, attrs, s, worker, desc, prefer=first.attrs if first else None)
         except AnalysisError:
             _CALLS[key] = None
     return _CALLS[key]

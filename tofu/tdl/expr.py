@@ -123,6 +123,8 @@ class Affine(IndexExpr):
         return Affine(tuple((a, c) for a, c in coeffs.items() if c != 0), self.const + other.const)
 
     def scaled(self, k: int) -> "Affine":
+        if k == 1:
+            return self
         if k == 0:
             return Affine((), 0)
         return Affine(tuple((a, c * k) for a, c in self.terms), self.const * k)
