@@ -78,8 +78,12 @@ def choices(shape: Shape, k: int) -> tuple[int | None, ...]:
 
 
 def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape], views: Sequence[NodeView], k: int,
-              runnable_only: bool = True) -> tuple[CutProblem, CutIndex]:
+              runnable_only: bool = True, excluded: frozenset = frozenset()) -> tuple[CutProblem, CutIndex]:
     """The one-cut problem of ``graph`` for ``k`` workers, tensors held at ``shapes``, ops seen as ``views``.
+
+    ``excluded`` holds the :func:`strategy_key` of strategies found not runnable (see ``recursive.search``:
+    runnability is checked on the strategies a solution chooses, and the cut solved again without the ones
+    that fail, which gives the optimum over runnable strategies at a fraction of the checks).
 
     Raises:
         SearchError: some op cannot be split k ways at these shapes (no strategy applies).
@@ -109,7 +113,7 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape], views: 
         names = kinds = produces = None
         for nid in nodes:
             node = graph.nodes[nid]
-            options = node_options(graph, node, views[nid], k, runnable_only)
+            options = node_options(graph, node, views[nid], k, runnable_only, excluded)
             node_strategies[nid] = tuple(o.strategy for o in options)
             if const is None:
                 const = np.zeros(len(options))
@@ -152,32 +156,67 @@ class Option:
     terms: tuple[tuple[int, dict], ...]
 
 
-def node_options(graph: Graph, node: Node, view: NodeView, k: int,
-                 runnable_only: bool = True) -> tuple[Option, ...]:
-    """The strategies ``node`` (seen as ``view``) can use, with their costs."""
+def strategy_key(view: NodeView, s: PartitionStrategy) -> tuple:
+    return (view.op, view.attrs, view.in_shapes, view.out_shapes, s.k, s.var, s.kind)
+
+
+def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only: bool = True,
+                 excluded: frozenset = frozenset()) -> tuple[Option, ...]:
+    """The strategies ``node`` (seen as ``view``) can use, with their costs; without the excluded ones, and
+    when none is left, each output split computed whole on every worker (always runnable)."""
     ids = view.inputs + view.outputs
     grads = tuple(graph.tensors[t].role not in _NO_GRAD for t in ids)
     items = tuple(np.dtype(graph.tensors[t].dtype).itemsize for t in ids)
     try:
-        costed = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, grads, items, runnable_only)
+        found, whole = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, grads, items)
     except TofuError as e:
         raise SearchError(f"node '{node.name}' ({node.op}): {e}") from None
+    costed = [c for c in found if not (runnable_only and strategy_key(view, c[0]) in excluded)] or whole
+    if not costed:
+        raise SearchError(f"node '{node.name}' ({node.op}) cannot be split {k} ways at input shapes "
+                          f"{list(view.in_shapes)}: no dimension or strategy divides evenly")
     return tuple(Option(s, const, tuple((ids[p], per_dim) for p, per_dim in enumerate(tables)))
                  for s, const, tables in costed)
 
 
+def build_runnable_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape], views: Sequence[NodeView],
+                       k: int) -> tuple[CutProblem, CutIndex]:
+    """:func:`build_cut` with every strategy checked for runnability first (for the reference solvers)."""
+    excluded = set()
+    for node in graph.nodes:
+        if coarse.op_group[node.id] < 0:
+            continue
+        view = views[node.id]
+        desc = describe(view.op, view.attrs, view.in_shapes, view.out_shapes)
+        for o in node_options(graph, node, view, k, runnable_only=False):
+            if not runnable(view.op, view.attrs, desc, o.strategy):
+                excluded.add(strategy_key(view, o.strategy))
+    return build_cut(graph, coarse, shapes, views, k, True, frozenset(excluded))
+
+
+def runnable_options(graph: Graph, node: Node, view: NodeView, k: int) -> tuple[Option, ...]:
+    """The options of ``node`` that MXNet can run, checked eagerly (the search checks lazily, with the same
+    optimum; see ``recursive._solve_runnable``): when none can, each output split computed whole."""
+    options = node_options(graph, node, view, k, runnable_only=False)
+    desc = describe(view.op, view.attrs, view.in_shapes, view.out_shapes)
+    kept = tuple(o for o in options if runnable(view.op, view.attrs, desc, o.strategy))
+    if kept:
+        return kept
+    excluded = frozenset(strategy_key(view, o.strategy) for o in options)
+    return node_options(graph, node, view, k, True, excluded)
+
+
 @lru_cache(maxsize=65536)
-def _costed(op, attrs, ins, outs, k, grads, items, runnable_only):
-    """The strategies of one op signature with their costs (shared by all nodes of that signature)."""
+def _costed(op, attrs, ins, outs, k, grads, items):
+    """The strategies of one op signature with their costs (shared by all nodes of that signature), and the
+    same output splits computed whole on every worker (the fallback when none of them can run)."""
     desc = describe(op, attrs, ins, outs)
     found = strategies(desc, k)
-    if runnable_only:
-        kernel = tuple(s for s in found if runnable(op, attrs, desc, s))
-        # no runnable split: every worker computes the whole op from whole inputs and keeps its slice
-        found = kernel or tuple(_computed_whole(s) for s in found if s.kind == "output")
-    if not found:
-        raise SearchError(f"cannot be split {k} ways at input shapes {list(ins)}: no dimension or strategy "
-                          f"divides evenly")
+    whole = tuple(_computed_whole(s) for s in found if s.kind == "output")
+    return _with_costs(found, ins, outs, k, grads, items), _with_costs(whole, ins, outs, k, grads, items)
+
+
+def _with_costs(found, ins, outs, k, grads, items):
     result = []
     n_in = len(ins)
     for s in found:

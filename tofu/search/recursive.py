@@ -23,9 +23,11 @@ from tofu.analysis.strategies import PartitionStrategy
 from tofu.errors import SearchError
 from tofu.graph.ir import Graph, Role
 from tofu.search.coarsen import Coarsening, coarsen
-from tofu.search.cost import CutIndex, NodeView, build_cut, choices, next_view
+from tofu.search.cost import (CutIndex, NodeView, build_cut, build_runnable_cut, choices, next_view, runnable,
+                              strategy_key)
 from tofu.search.dp import solve_dp
 from tofu.search.problem import CutProblem, CutSolution
+from tofu.tdl.describe import describe
 
 log = logging.getLogger(__name__)
 Solver = Callable[[CutProblem], CutSolution]
@@ -70,8 +72,9 @@ class CutStep:
 
 
 def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, coarse: Coarsening | None = None,
-           runnable_only: bool = True) -> tuple[CutStep, ...]:
-    """Cuts ``graph`` successively ``factors[0]``, ``factors[1]``, ... ways, each cut solved by ``solver``."""
+           runnable_only: bool = True, eager: bool = False) -> tuple[CutStep, ...]:
+    """Cuts ``graph`` successively ``factors[0]``, ``factors[1]``, ... ways, each cut solved by ``solver``
+    (once per cut with ``eager``: every strategy checked for runnability before solving)."""
     coarse = coarse or coarsen(graph)
     shapes = [t.shape for t in graph.tensors]
     views = [NodeView.of(graph, n) for n in graph.nodes]
@@ -83,8 +86,11 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
                 raise SearchError(f"{math.prod(factors)} workers are too many for input '{t.name}' of shape "
                                   f"{t.shape}: at cut {j + 1} ({f}-way) no dimension of {shapes[t.id]} "
                                   f"divides by {f}")
-        problem, index = build_cut(graph, coarse, shapes, views, f, runnable_only)
-        solution = solver(problem)
+        if eager and runnable_only:
+            problem, index = build_runnable_cut(graph, coarse, shapes, views, f)
+            solution = solver(problem)
+        else:
+            problem, index, solution = _solve_runnable(graph, coarse, shapes, views, f, solver, runnable_only)
         dims = tuple(problem.tensors[coarse.tensor_group[t.id]].choices[solution.x[coarse.tensor_group[t.id]]]
                      for t in graph.tensors)
         group_of = {nid: g for g, nodes in enumerate(index.group_nodes) for nid in nodes}
@@ -97,6 +103,33 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
         shapes = [_cut(s, d, f) for s, d in zip(shapes, dims)]
         groups *= f
     return tuple(steps)
+
+
+def _solve_runnable(graph, coarse, shapes, views, f, solver, runnable_only):
+    """Solves one cut over the strategies MXNet can run. Checking runnability is costly (shape inference and
+    a proof per worker), so only the chosen strategies are checked; failing ones are excluded and the cut
+    solved again. The result is optimal over the runnable strategies: it is optimal over a superset and uses
+    runnable strategies only."""
+    excluded: set = set()
+    while True:
+        problem, index = build_cut(graph, coarse, shapes, views, f, runnable_only, frozenset(excluded))
+        solution = solver(problem)
+        if not runnable_only:
+            return problem, index, solution
+        failing = set()
+        for g, nodes in enumerate(index.group_nodes):
+            s = index.node_strategies[nodes[0]][solution.y[g]]
+            view = views[nodes[0]]
+            if not s.var.endswith("*") and not runnable(view.op, view.attrs, _describe(view), s):
+                failing.add(strategy_key(view, s))
+        if not failing:
+            return problem, index, solution
+        log.info("cut %d-way: %d chosen strategies cannot run; solving again without them", f, len(failing))
+        excluded |= failing
+
+
+def _describe(view: NodeView):
+    return describe(view.op, view.attrs, view.in_shapes, view.out_shapes)
 
 
 def total_cost(steps: tuple[CutStep, ...]) -> float:

@@ -32,7 +32,8 @@ from tofu.analysis.strategies import SplitDim
 from tofu.errors import SearchError
 from tofu.graph.ir import Graph
 from tofu.search.coarsen import Coarsening, coarsen
-from tofu.search.cost import NodeView, build_cut, choices, next_view, node_options
+from tofu.search.cost import (NodeView, build_cut, build_runnable_cut, choices, next_view, node_options,
+                             runnable_options)
 from tofu.search.problem import CutProblem, CutSolution, OpGroup, TensorGroup
 from tofu.search.recursive import CutStep, _cut, factorize, search
 
@@ -266,7 +267,8 @@ def brute_force_recursive(graph: Graph, k: int, coarse: Coarsening | None = None
             return memo[key]
         f = factors[j]
         try:
-            p, index = build_cut(graph, coarse, shapes, views, f, runnable_only)
+            p, index = (build_runnable_cut(graph, coarse, shapes, views, f) if runnable_only
+                        else build_cut(graph, coarse, shapes, views, f, False))
         except SearchError:
             memo[key] = (math.inf, ())
             return memo[key]
@@ -478,7 +480,8 @@ def _op_sequences(graph: Graph, coarse: Coarsening, nodes: Sequence[int], factor
             return
         f = factors[j]
         try:
-            options = [node_options(graph, graph.nodes[n], v, f, runnable_only) for n, v in zip(nodes, views)]
+            options = [runnable_options(graph, graph.nodes[n], v, f) if runnable_only else
+                       node_options(graph, graph.nodes[n], v, f, False) for n, v in zip(nodes, views)]
         except SearchError:
             return                                    # a dead end: the op cannot be split here
         names = tuple(o.strategy.var for o in options[0])
@@ -546,4 +549,4 @@ def replay(graph: Graph, plan: KWayOptimum, coarse: Coarsening | None = None) ->
         p.check(x, y)
         return CutSolution(x, y, p.cost(x, y))
 
-    return search(graph, plan.factors, forced, coarse)
+    return search(graph, plan.factors, forced, coarse, eager=True)

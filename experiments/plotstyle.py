@@ -1,0 +1,25 @@
+"""One table of the plan finders: order, label and colour in every figure (no free strings in plots)."""
+from __future__ import annotations
+
+import enum
+
+
+class Algo(enum.Enum):
+    TOFU = ("tofu", "Tofu (recursive DP)", "#1b7837")
+    DP_FLAT = ("dp-flat", "flat DP (one k-way cut)", "#5aae61")
+    ILP = ("ilp", "recursive ILP", "#a6dba0")
+    ICML18 = ("icml18", "ICML18 (batch/channel)", "#762a83")
+    EQUALCHOP = ("equalchop", "EqualChop", "#9970ab")
+    SPARTAN = ("spartan", "Spartan", "#c2a5cf")
+    ALLROW = ("allrow-greedy", "AllRow-Greedy", "#e08214")
+    DATA_PARALLEL = ("data-parallel", "data parallel", "#b35806")
+
+    def __init__(self, key: str, label: str, color: str):
+        self.key, self.label, self.color = key, label, color
+
+    @classmethod
+    def of(cls, key: str) -> "Algo":
+        for a in cls:
+            if a.key == key:
+                return a
+        raise KeyError(key)
