@@ -121,7 +121,9 @@ def _solve_runnable(graph, coarse, shapes, views, f, solver, runnable_only):
             s = index.node_strategies[nodes[0]][solution.y[g]]
             view = views[nodes[0]]
             if not s.var.endswith("*") and not runnable(view.op, view.attrs, _describe(view), s):
-                failing.add(strategy_key(view, s))
+                # one of this op's strategies fails: check its others now rather than one re-solve each
+                failing |= {strategy_key(view, o) for o in index.node_strategies[nodes[0]]
+                            if not runnable(view.op, view.attrs, _describe(view), o)}
         if not failing:
             return problem, index, solution
         log.info("cut %d-way: %d chosen strategies cannot run; solving again without them", f, len(failing))
