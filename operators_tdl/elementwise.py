@@ -24,7 +24,7 @@ from tofu.errors import TDLError
 from tofu.tdl.describe import Case, NoAttrs, tdl_op
 from tofu.tdl.expr import (TensorVar, ValueExpr, Var, abs_, cos, erf, exp, expm1, gt, log, log1p, maximum,
                            minimum, reciprocal, relu, rsqrt, sigmoid, sign, sin, softrelu, sqrt, square, tanh,
-                           where)
+                           where, uses)
 
 UnaryFn = Callable[[ValueExpr], ValueExpr]
 
@@ -158,8 +158,8 @@ _unary_op("cos", cos, "cos(data[i])")
 _unary_op("erf", erf, "erf(data[i])")
 _unary_op("_copy", lambda x: x, "data[i]  (identity)")
 _unary_op("BlockGrad", lambda x: x, "data[i]  (identity forward; stops the gradient)")
-_unary_op("zeros_like", lambda x: 0.0, "0  (shape of data)")
-_unary_op("ones_like", lambda x: 1.0, "1  (shape of data)")
+_unary_op("zeros_like", lambda x: uses(0.0, x), "0  (shape of data: its elements are read for their positions)")
+_unary_op("ones_like", lambda x: uses(1.0, x), "1  (shape of data: its elements are read for their positions)")
 
 
 # -------------------------------------------------------------------------------------------- scalar ops

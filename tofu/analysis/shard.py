@@ -81,7 +81,7 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
         layouts.append(tuple(range(len(regions))))
     attempts = [(padded, present, False, wanted) for padded in ((False, True) if has_halo else (False,))
                 for present in layouts]              # the kernel's own padding first
-    if full_out != wanted and all(r is not None and r.shape == shape and not any(map(any, r.pad))
+    if full_out != wanted and all(r is None or (r.shape == shape and not any(map(any, r.pad)))
                                   for r, shape in zip(regions, strategy.input_shapes)):
         attempts.append((False, tuple(range(len(regions))), True, full_out))   # whole inputs: crop the output
     for padded, present, crop, target in attempts:
