@@ -26,7 +26,8 @@ import mxnet as mx
 
 from tofu import registry
 from tofu.analysis.shard import shard_call
-from tofu.analysis.strategies import _analyse, analyse, instantiate
+from tofu.analysis.strategies import analyse, instantiate
+from tofu.api import clear_caches
 from tofu.errors import TofuError
 from tofu.graph.single_op import infer_op_shapes
 from tofu.tdl.describe import describe
@@ -81,7 +82,7 @@ def time_op(op: str, cases: list[tuple]) -> dict:
 
 
 def run_repeat(prepared: dict[str, list[tuple]], repeat: int) -> list[dict]:
-    _analyse.cache_clear()
+    clear_caches()          # cold: descriptions, analyses, MXNet's one-op symbols and shape answers
     return [{**time_op(op, cases), "repeat": repeat} for op, cases in prepared.items()]
 
 
