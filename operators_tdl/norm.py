@@ -133,3 +133,29 @@ def layer_norm(data: TensorVar, gamma: TensorVar, beta: TensorVar, attrs: LayerN
             * gamma[i[axis]] + beta[i[axis]],
             lambda *i: mean[_without(i, axis)],
             lambda *i: sqrt(var[_without(i, axis)] + attrs.eps))
+
+
+@tdl_expansion("LayerNorm")
+def layer_norm_exchange(pieces, shapes, attrs: LayerNormAttrs, allreduce):
+    """LayerNorm on shards of its normalized axis, with MXNet operators: each worker sums its shard along the
+    axis, the sums are all-reduced into the row mean, likewise the squared deviations into the (biased)
+    variance, and each worker normalizes its shard with its shard of gamma and beta. Outputs per worker: its
+    shard of the output, and the whole mean and sqrt(var + eps) with the axis kept at extent 1 (as MXNet's)."""
+    import mxnet as mx
+
+    ndim = len(shapes[0][0])
+    axis = _axis("LayerNorm", attrs.axis, ndim)
+    total = float(sum(s[0][axis] for s in shapes))
+    bshape = tuple(-1 if d == axis else 1 for d in range(ndim))
+    as_b = lambda v: mx.sym.reshape(v, shape=bshape)
+    sums = allreduce([mx.sym.sum(p[0], axis=axis, keepdims=True) for p in pieces])
+    means = [s / total for s in sums]
+    squares = allreduce([mx.sym.sum(mx.sym.square(mx.sym.broadcast_sub(p[0], m)), axis=axis, keepdims=True)
+                         for p, m in zip(pieces, means)])
+    outs = []
+    for p, m, sq in zip(pieces, means, squares):
+        std = mx.sym.sqrt(sq / total + attrs.eps)
+        y = mx.sym.broadcast_add(mx.sym.broadcast_mul(mx.sym.broadcast_div(mx.sym.broadcast_sub(p[0], m), std),
+                                                      as_b(p[1])), as_b(p[2]))
+        outs.append([y, m, std])
+    return outs

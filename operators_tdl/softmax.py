@@ -2,7 +2,9 @@
 
 Every op is one helper, :func:`_softmax`: the row maximum and the row sum of exponentials are intermediate
 ``compute`` tensors (nested reductions over the softmax axes), and the output divides by (or, for the log
-form, subtracts the log of) the row sum.
+form, subtracts the log of) the row sum. Split along the softmax axis, the row maximum and row sum are exchanged
+(all-reduced max, then sum); softmax, log_softmax and SoftmaxActivation declare expansions that run such shards
+with MXNet operators (``tdl_expansion``); SoftmaxOutput does not (see the comment after it).
 """
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_op
+from tofu.tdl.describe import Case, tdl_expansion, tdl_op
 from tofu.tdl.expr import Max, Sum, TensorVar, ValueExpr, Var, compute, exp, log, uses
 
 
@@ -46,6 +48,27 @@ def _softmax(x: TensorVar, axes: Sequence[int], temperature: float = 1.0, log_fo
     return out
 
 
+def _softmax_exchange(pieces, ndim: int, axes: Sequence[int], temperature: float, log_form: bool,
+                      allreduce: Callable) -> list[list]:
+    """The expansion shared by the softmax family, on shards of the softmax axes (the strategies that exchange
+    ``rowmax`` and ``rowsum``), with MXNet operators: each worker takes the maximum of its shard per row,
+    all-reduced with max into the row maximum m; then the sum of exp((x - m) / T) over its shard, all-reduced
+    with sum into the row sum s; and each worker divides its exponentials by s (log form: subtracts log s).
+
+    The row maximum only shifts the exponent for stability and the result does not depend on it, so its
+    gradient is stopped (BlockGrad): no gradient flows through max, exactly as in the analytic derivative."""
+    import mxnet as mx
+
+    axes = tuple(sorted(a % ndim for a in axes))
+    maxima = allreduce([mx.sym.BlockGrad(mx.sym.max(p[0], axis=axes, keepdims=True)) for p in pieces], "max")
+    shifted = [mx.sym.broadcast_sub(p[0], m) / temperature for p, m in zip(pieces, maxima)]
+    exps = [mx.sym.exp(z) for z in shifted]
+    sums = allreduce([mx.sym.sum(e, axis=axes, keepdims=True) for e in exps], "sum")
+    if log_form:
+        return [[mx.sym.broadcast_sub(z, mx.sym.log(s))] for z, s in zip(shifted, sums)]
+    return [[mx.sym.broadcast_div(e, s)] for e, s in zip(exps, sums)]
+
+
 @dataclass(frozen=True)
 class SoftmaxAttrs:
     axis: int = -1
@@ -62,6 +85,12 @@ def softmax(data: TensorVar, attrs: SoftmaxAttrs) -> Callable:
     return _softmax(data, [attrs.axis], attrs.temperature or 1.0)
 
 
+@tdl_expansion("softmax")
+def softmax_exchange(pieces, shapes, attrs: SoftmaxAttrs, allreduce):
+    """softmax on shards of its axis: the row max and row sum all-reduced (see :func:`_softmax_exchange`)."""
+    return _softmax_exchange(pieces, len(shapes[0][0]), [attrs.axis], attrs.temperature or 1.0, False, allreduce)
+
+
 @tdl_op("log_softmax", inputs=("data",), attrs=SoftmaxAttrs, cases=[
     Case(shapes=((4, 6),)),
     Case(shapes=((2, 5, 3),), attrs={"axis": 1}),
@@ -70,6 +99,12 @@ def softmax(data: TensorVar, attrs: SoftmaxAttrs) -> Callable:
 def log_softmax(data: TensorVar, attrs: SoftmaxAttrs) -> Callable:
     """out[..., i, ...] = x[..., i, ...] / T - log sum_k exp(x[..., k, ...] / T)  over ``axis``."""
     return _softmax(data, [attrs.axis], attrs.temperature or 1.0, log_form=True)
+
+
+@tdl_expansion("log_softmax")
+def log_softmax_exchange(pieces, shapes, attrs: SoftmaxAttrs, allreduce):
+    """log_softmax on shards of its axis: (x - m) / T - log s, m and s all-reduced (:func:`_softmax_exchange`)."""
+    return _softmax_exchange(pieces, len(shapes[0][0]), [attrs.axis], attrs.temperature or 1.0, True, allreduce)
 
 
 @dataclass(frozen=True)
@@ -97,6 +132,12 @@ def softmax_output(data: TensorVar, label: TensorVar, attrs: SoftmaxOutputAttrs)
     return lambda *i: uses(out(*i), label[label_dims(i)])
 
 
+# SoftmaxOutput declares no expansion on purpose: its backward ignores the head gradient and returns
+# (softmax - one_hot(label)) * grad_scale (normalization, ignore_label, ...). An expansion into plain operators
+# (max, exp, sum, div) would let MXNet differentiate the softmax itself and chain the head gradient through it,
+# which changes the training semantics. Its strategies that exchange statistics therefore stay unrunnable.
+
+
 @dataclass(frozen=True)
 class SoftmaxActivationAttrs:
     mode: str = "instance"
@@ -114,3 +155,31 @@ def softmax_activation(data: TensorVar, attrs: SoftmaxActivationAttrs) -> Callab
     if attrs.mode not in ("instance", "channel"):
         raise TDLError(f"SoftmaxActivation: unknown mode '{attrs.mode}'")
     return _softmax(data, [1] if attrs.mode == "channel" else [-1])
+
+
+@tdl_expansion("SoftmaxActivation")
+def softmax_activation_exchange(pieces, shapes, attrs: SoftmaxActivationAttrs, allreduce):
+    """SoftmaxActivation on shards of its softmax axis (1 for mode channel, the last for instance): the row max
+    and row sum all-reduced (see :func:`_softmax_exchange`).
+
+    MXNet 1.9's backward always reduces over axis 1 (it views the input as (n, c, rest) in both modes), so for
+    mode instance on input of rank > 2 it is not the derivative of its own forward (softmax over the last axis):
+    dx = y * (dy - sum_axis1(y * dy)). To train as the unpartitioned graph does, the expansion reproduces it:
+    out = y + (z - BlockGrad(z)) with y's own gradient stopped and z = y * (x - sum_axis1(y * x)) (y constant),
+    whose forward value is exactly y and whose gradient is MXNet's. Axis 1 is whole on every worker (the shards
+    split the last axis), so the sum is local."""
+    import mxnet as mx
+
+    if attrs.mode not in ("instance", "channel"):
+        raise TDLError(f"SoftmaxActivation: unknown mode '{attrs.mode}'")
+    ndim = len(shapes[0][0])
+    axis = 1 if attrs.mode == "channel" else ndim - 1
+    outs = _softmax_exchange(pieces, ndim, [axis], 1.0, False, allreduce)
+    if axis == 1:
+        return outs
+    faithful = []
+    for p, (y,) in zip(pieces, outs):
+        y = mx.sym.BlockGrad(y)
+        z = y * mx.sym.broadcast_sub(p[0], mx.sym.sum(y * p[0], axis=1, keepdims=True))
+        faithful.append([y + (z - mx.sym.BlockGrad(z))])
+    return faithful

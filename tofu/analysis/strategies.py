@@ -193,15 +193,17 @@ def _analyse(desc: OpDescription) -> Analysis:
 
 
 def _output_strategy(desc: OpDescription, name: str) -> SymbolicStrategy:
-    placements, envs, extent = [], [], None
+    """Split the output variable ``name``: every output with a variable of that name and the same extent
+    is split along it (a statistic keeping the axis with extent 1, as LayerNorm's, is replicated)."""
+    placements, envs = [], []
+    extent = next(n for out in desc.outputs for v, n in zip(out.vars, out.shape) if v.name == name)
     for out in desc.outputs:
         env: dict[Var, Interval] = {}
         placement: Placement = Replicate()
         for d, (v, n) in enumerate(zip(out.vars, out.shape)):
-            if v.name == name:
+            if v.name == name and n == extent:
                 env[v] = Interval.of_var(_canonical(name))
                 placement = SplitDim(d)
-                extent = n if extent is None else extent
             else:
                 env[v] = Interval.const(0, n - 1)
         placements.append(placement)

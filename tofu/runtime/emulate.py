@@ -69,7 +69,7 @@ def _elementwise(node: Node, args, d: int | None, k: int, contexts) -> list[np.n
 
 
 def _expansion(graph: Graph, node: Node, s: PartitionStrategy, args, k: int) -> list[np.ndarray]:
-    """The op's declared expansion over the workers' pieces, statistics all-reduced (add_n)."""
+    """The op's declared expansion over the workers' pieces, statistics all-reduced (add_n, or max)."""
     feed, pieces, shapes = {}, [], []
     for w in range(k):
         ws, wshapes = [], []
@@ -82,7 +82,7 @@ def _expansion(graph: Graph, node: Node, s: PartitionStrategy, args, k: int) -> 
         shapes.append(wshapes)
     desc = describe(node.op, node.attrs, [a.shape for a in args], [graph.tensors[t].shape for t in node.outputs])
     outs = registry.expansion(node.op)(pieces, shapes, typed_attrs(type(desc.attrs), node.attrs, node.op),
-                                       lambda parts: [mx.sym.add_n(*parts)] * len(parts))
+                                       _allreduce)
     n_out = len(node.outputs)
     group = mx.sym.Group([o for worker in outs for o in worker[:n_out]])
     exe = group.bind(mx.cpu(), {n: mx.nd.array(v) for n, v in feed.items()}, grad_req="null")
@@ -90,6 +90,17 @@ def _expansion(graph: Graph, node: Node, s: PartitionStrategy, args, k: int) -> 
     per_worker = [got[n_out * w:n_out * (w + 1)] for w in range(k)]
     return [per_worker[0][o] if isinstance(s.outputs[o], Replicate) else combine(s, o, [p[o] for p in per_worker])
             for o in range(n_out)]
+
+
+def _allreduce(parts, reducer: str = "sum"):
+    """One symbol per worker, each the ``reducer`` ("sum" or "max") of every worker's partial statistic."""
+    if reducer == "sum":
+        combined = mx.sym.add_n(*parts)
+    elif reducer == "max":
+        combined = mx.sym.max(mx.sym.stack(*parts, axis=0), axis=0)
+    else:
+        raise ValueError(f"unknown all-reduce '{reducer}'")
+    return [combined] * len(parts)
 
 
 def reference_forward(graph_symbol: mx.sym.Symbol, inputs: Mapping[str, np.ndarray]) -> list[np.ndarray]:

@@ -263,8 +263,9 @@ def tdl_expansion(op: str) -> Callable:
     (nested reductions, e.g. BatchNorm split on the batch), which MXNet's fused kernel cannot do on a shard.
 
     The decorated function takes ``(pieces, shapes, attrs, allreduce)``: per worker its input symbols and
-    their shapes, the op's typed attributes, and ``allreduce(partials) -> combined`` (one symbol per worker
-    each way; the caller places the sum). It returns per worker the list of output symbols.
+    their shapes, the op's typed attributes, and ``allreduce(partials, reducer="sum") -> combined`` (one symbol
+    per worker each way; ``reducer`` is "sum" or "max"; the caller places the reduction). It returns per worker
+    the list of output symbols.
     """
     def decorate(fn: Callable) -> Callable:
         registry.register_expansion(op, fn)
