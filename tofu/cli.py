@@ -55,7 +55,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _model_args(p: argparse.ArgumentParser, positional: bool = True) -> None:
     """The model and its options; ``positional=False`` makes the model an optional ``--model``."""
-    help_ = "zoo name (see `tofu inspect --list`) or a symbol JSON file"
+    help_ = "zoo name (wresnet-{50,101,152}-{4,6,8,10}, rnn-{6,8,10}-{4k,6k,8k}, wresnet-tiny, rnn-tiny, mlp) or a symbol JSON file"
     if positional:
         p.add_argument("model", help=help_)
     else:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tofu.analysis.equivalence import kernel_mismatch
-from tofu.analysis.strategies import PartitionStrategy, Region
+from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, Replicate
 from tofu.tdl.describe import OpDescription, describe
 from tofu.errors import AnalysisError, TofuError
 from tofu.graph.attrs import Attrs, AttrValue
@@ -197,8 +197,6 @@ _REDUCERS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.mul
 
 def combine(strategy: PartitionStrategy, output: int, pieces: Sequence[np.ndarray]) -> np.ndarray:
     """The full output ``output`` from every worker's piece: placed by region, or reduced."""
-    from tofu.analysis.strategies import PartialSum, Replicate
-
     placement = strategy.outputs[output]
     if isinstance(placement, PartialSum):
         return _REDUCERS[placement.reducer].reduce(np.stack(pieces), axis=0)

@@ -29,7 +29,7 @@ from tofu.analysis.interval import BoundSym, Interval, bound
 from tofu.errors import AnalysisError
 from tofu.tdl.describe import OpDescription
 from tofu.tdl.expr import (FULL, Access, Affine, Binary, Computed, IndexExpr, OpaqueCall, Reduce, ValueExpr, Var,
-                           children, index_vars)
+                           children, index_vars, walk_accesses)
 
 
 @dataclass(frozen=True)
@@ -366,19 +366,12 @@ def _aligned_reduction(t: Computed, aligned: set[tuple[int, int]], extent: int |
     for v, n in zip(reduce.vars, reduce.extents):
         if n != extent:
             continue
-        for acc in walk_top_accesses(reduce.body):
+        for acc in walk_accesses(reduce.body):
             for d, sub in enumerate(acc.index):
                 u = sub if isinstance(sub, Var) else (sub.single_var() if isinstance(sub, Affine) else None)
                 if u is v and (id(acc.tensor), d) in aligned:
                     return reduce, v
     return None
-
-
-def walk_top_accesses(e: ValueExpr):
-    """Accesses of ``e`` itself (not inside intermediate tensors' bodies)."""
-    for x in _walk(e):
-        if isinstance(x, Access):
-            yield x
 
 
 def _accesses_in_scope(e: ValueExpr, env: dict[Var, Interval]):

@@ -68,7 +68,7 @@ def coarsen(graph: Graph, elementwise: bool = True, timesteps: bool = True) -> C
         if timesteps and node.step is not None:
             key = (node.layer, _STEP.sub("_t*", node.name), _signature(graph, node))
         op_group.append(op_key.setdefault(key, len(op_key)))
-    if timesteps:      # tie each later timestep's outputs to the first member's
+    if timesteps:      # tie each later timestep's inputs and outputs to the first member's
         first_member: dict[int, Node] = {}
         for node in graph.nodes:
             g = op_group[node.id]
