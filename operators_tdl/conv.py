@@ -67,6 +67,10 @@ class ConvolutionAttrs:
          attrs={"kernel": (3, 3), "num_filter": 4, "stride": (2, 2), "pad": (1, 1)}),
     Case(shapes=((1, 4, 5, 6), (6, 2, 3, 2)),
          attrs={"kernel": (3, 2), "num_filter": 6, "num_group": 2, "no_bias": True, "pad": (1, 0)}),
+    # even extents everywhere, so that every split (input channels with a bias, taps, width) applies
+    Case(shapes=((2, 4, 8), (6, 4, 4), (6,)), attrs={"kernel": (4,), "num_filter": 6, "pad": (2,)}),
+    Case(shapes=((2, 4, 4, 4), (6, 4, 2, 2), (6,)),
+         attrs={"kernel": (2, 2), "num_filter": 6, "stride": (2, 2), "dilate": (1, 1), "pad": (0, 0)}),
 ])
 def convolution(data: TensorVar, weight: TensorVar, bias: TensorVar | None, attrs: ConvolutionAttrs):
     """out[b, co, x..] = sum_{ci, dx..} data[b, g*Cg + ci, x*stride + dx*dilate - pad] * weight[co, ci, dx..]

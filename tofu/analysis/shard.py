@@ -87,7 +87,8 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
     for padded, present, crop, target in attempts:
         used = tuple(regions[i] if regions[i] is not None else whole[i] for i in present)
         shapes = tuple(r.padded_shape if padded else r.shape for r in used)
-        tried = (attrs,) if crop else _candidates(attrs, target, full_out, len(regions), len(present), padded)
+        pairs = [(strategy.input_shapes[i], s) for i, s in zip(present, shapes)]
+        tried = (attrs,) if crop else _candidates(attrs, target, full_out, len(regions), len(present), padded, pairs)
         if prefer is not None and not crop:     # another worker's rewrite usually fits this one too
             tried = itertools.chain((prefer,), tried)
         for candidate in tried:
@@ -122,8 +123,8 @@ def _verify(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionStrat
 
 
 def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Shape], n_inputs: int,
-                n_present: int, padded: bool):
-    """Attribute sets to try, fewest changes first."""
+                n_present: int, padded: bool, inputs: Sequence[tuple[Shape, Shape]] = ()):
+    """Attribute sets to try, fewest changes first. ``inputs``: (full, shard) shape of each input read."""
     options: list[list[tuple[str, AttrValue]]] = []
     for name, value in attrs.items():
         alts: list[AttrValue] = []
@@ -142,6 +143,10 @@ def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Sha
             for fs, ws in zip(full_shapes, wanted):
                 if value == tuple(fs) and tuple(ws) != tuple(fs):
                     alts.append(tuple(ws))
+            for fs, ws in inputs:             # an input's trailing extents (a convolution's kernel)
+                n = len(value)
+                if len(fs) >= n and value == tuple(fs[-n:]) and tuple(ws[-n:]) != value and tuple(ws[-n:]) not in alts:
+                    alts.append(tuple(ws[-n:]))
             if any(value) and all(v >= 0 for v in value):
                 alts.append(tuple(0 for _ in value))   # padding the halo now provides, or offsets
         options.append([(name, a) for a in alts])
