@@ -147,3 +147,15 @@ def test_cli_plan_for_another_model(capsys, tmp_path):
     assert rc == 2 and "is for model 'mlp'" in err and len(err.strip().splitlines()) == 1
     rc, out, err = _run(capsys, "plan", "mlp", "--load", str(path))
     assert rc == 0 and "mlp: 2 workers" in out
+
+
+@pytest.mark.parametrize("name", ["rnn-tiny", "wresnet-tiny", "mlp"])
+def test_tofu_keeps_the_cheaper_of_the_recursion_and_one_cut(name):
+    m = build_model(name)
+    g = import_symbol(m.symbol, m.shapes(), name)
+    best = plan_graph(g, 4, "tofu").comm_bytes
+    recursive = plan_graph(g, 4, "tofu-recursive").comm_bytes
+    flat = plan_graph(g, 4, "dp-flat").comm_bytes
+    assert best == min(recursive, flat)
+    for algo in ("data-parallel", "allrow-greedy", "spartan", "equalchop", "icml18"):
+        assert best <= plan_graph(g, 4, algo).comm_bytes

@@ -19,6 +19,7 @@ An interval is evaluated at concrete bound values with :meth:`Interval.evaluate`
 from __future__ import annotations
 
 import math
+from functools import cached_property
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -79,14 +80,25 @@ class Interval:
 
     def evaluate(self, values: Mapping[BoundSym, int], extent: int) -> tuple[int, int]:
         """Concrete ``(lo, hi)`` for bound values, unclipped (None bounds become 0 and extent - 1)."""
-        a = 0 if self.lower is None else evaluate_index(self.lower, values)
-        b = extent - 1 if self.upper is None else evaluate_index(self.upper, values)
+        lower, upper = self._forms
+        a = 0 if self.lower is None else _apply(lower, self.lower, values)
+        b = extent - 1 if self.upper is None else _apply(upper, self.upper, values)
         return a, b
+
+    @cached_property
+    def _forms(self):
+        """The bounds as (const, ((coeff, symbol), ...)) when linear in bound symbols (the fast path)."""
+        return _linear_form(self.lower), _linear_form(self.upper)
+
+    @cached_property
+    def _step_keys(self) -> tuple:
+        return tuple((step, None, None) if v is None else (step, BoundSym(v, "lo"), BoundSym(v, "hi"))
+                     for step, v in self.steps)
 
     def stride(self, values: Mapping[BoundSym, int]) -> int:
         g = 0
-        for step, v in self.steps:
-            if v is None or values[BoundSym(v, "hi")] > values[BoundSym(v, "lo")]:
+        for step, lo_key, hi_key in self._step_keys:
+            if lo_key is None or values[hi_key] > values[lo_key]:
                 g = math.gcd(g, step)
         return g or 1
 
@@ -141,6 +153,21 @@ def _floordiv(b: IndexExpr | None, k: int) -> IndexExpr | None:
     if isinstance(b, Affine) and all(c % k == 0 for _, c in b.terms):
         return Affine(tuple((a, c // k) for a, c in b.terms), b.const // k)
     return b // k
+
+
+def _linear_form(e: IndexExpr | None):
+    if not isinstance(e, Affine) or not all(type(a) is BoundSym for a, _ in e.terms):
+        return None
+    return e.const, tuple((c, a) for a, c in e.terms)
+
+
+def _apply(form, e: IndexExpr, values: Mapping) -> int:
+    if form is None:
+        return evaluate_index(e, values)
+    total, terms = form
+    for c, a in terms:
+        total += c * values[a]
+    return total
 
 
 def evaluate_index(e: IndexExpr, values: Mapping) -> int:

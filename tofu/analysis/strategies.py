@@ -311,7 +311,7 @@ def _regions(desc: OpDescription, roots: Sequence[tuple[ValueExpr, dict[Var, Int
     """
     boxes: dict[int, list[Interval]] = {}
     fills: dict[int, float | None] = {}
-    aligned = _split_dims(roots, split) if split else set()
+    aligned = _split_dims(roots, split) if split and _has_computed(desc) else set()
     exchanges: dict[int, Exchange] = {}
     order: list[int] = []
     pending = [(e, env, 0) for e, env in roots]
@@ -342,6 +342,11 @@ def _regions(desc: OpDescription, roots: Sequence[tuple[ValueExpr, dict[Var, Int
     # a tensor found later in the walk is nested deeper (read by the bodies of earlier ones): exchange it first
     ordered = tuple(exchanges[k] for k in reversed(list(dict.fromkeys(reversed(order)))))
     return regions, tuple(fills.get(id(t)) for t in desc.inputs), ordered[::-1]
+
+
+@lru_cache(maxsize=4096)
+def _has_computed(desc: OpDescription) -> bool:
+    return bool(computed_tensors(desc))
 
 
 def _split_dims(roots, split: str) -> set[tuple[int, int]]:

@@ -23,8 +23,8 @@ from tofu.analysis.strategies import PartitionStrategy
 from tofu.errors import SearchError
 from tofu.graph.ir import Graph, Role
 from tofu.search.coarsen import Coarsening, coarsen
-from tofu.search.cost import (CutIndex, NodeView, build_cut, build_runnable_cut, choices, next_view, runnable,
-                              strategy_key)
+from tofu.search.cost import (CutIndex, NodeView, build_cut, build_runnable_cut, choices, next_view,
+                              node_options, runnable, strategy_key)
 from tofu.search.dp import solve_dp
 from tofu.search.problem import CutProblem, CutSolution
 from tofu.tdl.describe import describe
@@ -109,8 +109,21 @@ def _solve_runnable(graph, coarse, shapes, views, f, solver, runnable_only):
     """Solves one cut over the strategies MXNet can run. Checking runnability is costly (shape inference and
     a proof per worker), so only the chosen strategies are checked; failing ones are excluded and the cut
     solved again. The result is optimal over the runnable strategies: it is optimal over a superset and uses
-    runnable strategies only."""
+    runnable strategies only. Partition-n-reduce strategies, which the kernel often cannot run (a divisor
+    recomputed on the shard), and statistics exchanges, which need an expansion (SoftmaxOutput has none), are
+    cheap enough to be chosen often: they are checked up front."""
     excluded: set = set()
+    if runnable_only:
+        seen = set()
+        for node in graph.nodes:
+            view = views[node.id]
+            if coarse.op_group[node.id] < 0 or view in seen:
+                continue
+            seen.add(view)
+            for o in node_options(graph, node, view, f, runnable_only=False):
+                s = o.strategy
+                if (s.kind == "reduce" or s.exchanges) and not runnable(view.op, view.attrs, _describe(view), s):
+                    excluded.add(strategy_key(view, s))
     while True:
         problem, index = build_cut(graph, coarse, shapes, views, f, runnable_only, frozenset(excluded))
         solution = solver(problem)
@@ -126,7 +139,8 @@ def _solve_runnable(graph, coarse, shapes, views, f, solver, runnable_only):
                             if not runnable(view.op, view.attrs, _describe(view), o)}
         if not failing:
             return problem, index, solution
-        log.info("cut %d-way: %d chosen strategies cannot run; solving again without them", f, len(failing))
+        log.info("cut %d-way: %d chosen strategies cannot run (%s); solving again without them", f, len(failing),
+                 ", ".join(sorted({f"{key[0]}:{key[5]}" for key in failing})))
         excluded |= failing
 
 
