@@ -4,8 +4,9 @@
                                        [--ilp-seconds 600] [--tag NAME]
 
 Cold timings (every cache cleared before each search). For each model: the median of ``--repeats`` whole
-plans with the DP (``tofu``), one whole plan with the ILP (``ilp``, each cut under ``--ilp-seconds``), and,
-on the very same cut problems, the time of the one-cut solvers alone (DP vs ILP). Writes
+plans with ``tofu`` (the recursion and one k-way cut, both by the DP), the same for the recursion alone
+(``tofu-recursive``) and one whole plan with the ILP solving the recursion's cuts (``ilp``, each cut under
+``--ilp-seconds``), and, on the very same cut problems, the time of the one-cut solvers alone (DP vs ILP). Writes
 results/bench_search/<tag>.csv (one row per model and measurement) and a JSON sidecar; prints the ratios.
 """
 from __future__ import annotations
@@ -47,15 +48,18 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.models.split(","):
         graph = load_graph(name)
         row = {"model": name, "workers": args.workers}
-        times = []
-        for r in range(args.repeats + 1):             # the first is a burn-in (imports, MXNet start-up)
-            clear_caches()
-            plan = plan_graph(graph, args.workers, "tofu")
-            if r:
-                times.append(plan.search_seconds)
-                writer.write({**row, "measure": "plan-dp", "repeat": r, "status": "ok",
-                              "seconds": f"{plan.search_seconds:.4f}", "comm_bytes": f"{plan.comm_bytes:.0f}"})
-        dp_median = statistics.median(times)
+        medians = {}
+        for algo in ("tofu", "tofu-recursive"):
+            times = []
+            for r in range(args.repeats + 1):             # the first is a burn-in (imports, MXNet start-up)
+                clear_caches()
+                plan = plan_graph(graph, args.workers, algo)
+                if r:
+                    times.append(plan.search_seconds)
+                    writer.write({**row, "measure": f"plan-{algo}", "repeat": r, "status": "ok",
+                                  "seconds": f"{plan.search_seconds:.4f}", "comm_bytes": f"{plan.comm_bytes:.0f}"})
+            medians[algo] = statistics.median(times)
+        tofu_median, dp_median = medians["tofu"], medians["tofu-recursive"]
         clear_caches()
         try:
             ilp = plan_graph(graph, args.workers, "ilp")
@@ -86,8 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         for measure, sec in (("solve-dp", dp_solve), ("solve-ilp", ilp_solve), ("solve-ilp-alpa", alpa_solve)):
             writer.write({**row, "measure": measure, "repeat": 0, "status": "ok" if sec == sec else "timeout",
                           "seconds": f"{sec:.4f}"})
-        print(f"{name} on {args.workers} workers: plan with DP {dp_median:.2f} s (median of {args.repeats}), "
-              f"with ILP {ilp_seconds:.2f} s ({ilp_status}; {ilp_seconds / dp_median:.1f}x), "
+        print(f"{name} on {args.workers} workers: tofu {tofu_median:.2f} s (median of {args.repeats}); the "
+              f"recursion with DP {dp_median:.2f} s, with ILP {ilp_seconds:.2f} s ({ilp_status}; "
+              f"{ilp_seconds / dp_median:.1f}x), "
               f"same plan cost: {abs(ilp_bytes - plan.comm_bytes) < 1e-6 * plan.comm_bytes}; "
               f"one-cut solvers alone: DP {dp_solve:.3f} s, ILP {ilp_solve:.3f} s "
               f"({ilp_solve / dp_solve:.1f}x), Alpa-form ILP {alpa_solve:.3f} s ({alpa_solve / dp_solve:.1f}x)",

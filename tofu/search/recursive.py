@@ -109,9 +109,8 @@ def _solve_runnable(graph, coarse, shapes, views, f, solver, runnable_only):
     """Solves one cut over the strategies MXNet can run. Checking runnability is costly (shape inference and
     a proof per worker), so only the chosen strategies are checked; failing ones are excluded and the cut
     solved again. The result is optimal over the runnable strategies: it is optimal over a superset and uses
-    runnable strategies only. Partition-n-reduce strategies, which the kernel often cannot run (a divisor
-    recomputed on the shard), and statistics exchanges, which need an expansion (SoftmaxOutput has none), are
-    cheap enough to be chosen often: they are checked up front."""
+    runnable strategies only. Statistics exchanges, which are cheap and so often chosen but need an expansion
+    (SoftmaxOutput has none), are checked up front: that costs a lookup, not a proof."""
     excluded: set = set()
     if runnable_only:
         seen = set()
@@ -122,7 +121,7 @@ def _solve_runnable(graph, coarse, shapes, views, f, solver, runnable_only):
             seen.add(view)
             for o in node_options(graph, node, view, f, runnable_only=False):
                 s = o.strategy
-                if (s.kind == "reduce" or s.exchanges) and not runnable(view.op, view.attrs, _describe(view), s):
+                if s.exchanges and not runnable(view.op, view.attrs, _describe(view), s):
                     excluded.add(strategy_key(view, s))
     while True:
         problem, index = build_cut(graph, coarse, shapes, views, f, runnable_only, frozenset(excluded))
