@@ -25,6 +25,7 @@ from tofu.errors import TofuError  # noqa: E402
 from tofu.search import algorithms  # noqa: E402
 from tofu.search.algorithms import plan_graph  # noqa: E402
 from tofu.search.coarsen import coarsen  # noqa: E402
+from tofu.search.cost import NodeView, build_cut  # noqa: E402
 from tofu.search.dp import solve_dp  # noqa: E402
 from tofu.search.recursive import factorize, search  # noqa: E402
 from tofu.search.reference import solve_ilp  # noqa: E402
@@ -89,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                     alpa_solve += spent
         # the ILP without coarsening (as an auto-sharding ILP sees the graph): the first cut, Alpa's form
         flat_graph = coarsen(graph, elementwise=False, timesteps=False)
-        first = search(graph, factorize(args.workers)[:1], solve_dp, flat_graph)[0].problem
+        views = [NodeView.of(graph, n) for n in graph.nodes]
+        first, _ = build_cut(graph, flat_graph, [t.shape for t in graph.tensors], views, factorize(args.workers)[0])
         t0 = time.perf_counter()
         try:
             solve_ilp(first, args.ilp_seconds, tight=False, require_optimal=True)
