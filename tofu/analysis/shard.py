@@ -9,13 +9,15 @@ rewrite of the original attributes makes the kernel produce exactly the shard's 
 shard's input shapes, trying in order of fewest changes:
 
 * an integer attribute equal to the full extent of an output dimension that the shard shrinks takes the
-  shard's extent (``num_hidden``, ``num_filter``, ``output_dim``);
+  shard's extent (``num_hidden``, ``num_filter``, ``output_dim``), or 0 (an offset such as ``begin``);
 * an integer attribute equal to the number of inputs takes the number of inputs the shard reads (``num_args``);
-* a tuple attribute equal to the full output shape takes the shard's (``shape`` of ``_zeros``);
-* with materialised halos, a tuple attribute of padding amounts becomes all zeros (the kernel must not pad
-  again: a convolution split along its width reads a halo instead).
+* a tuple attribute equal to the full output shape takes the shard's (``shape`` of ``_zeros``), one equal to
+  an input's trailing extents takes the shard's (a convolution's ``kernel`` under a kernel-tap split), and
+  one of non-negative amounts may become all zeros (the padding a materialised halo now provides).
 
-The strategy tests then check the numbers: the combined shard outputs must equal the unpartitioned output.
+A candidate whose shapes fit is accepted only when the description instantiated at the shard's shapes and
+attributes provably computes the worker's part (:mod:`tofu.analysis.equivalence`); the strategy tests then
+check the numbers against MXNet's unpartitioned kernel.
 """
 from __future__ import annotations
 
@@ -27,10 +29,10 @@ import numpy as np
 
 from tofu.analysis.equivalence import kernel_mismatch
 from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, Replicate
-from tofu.tdl.describe import OpDescription, describe
 from tofu.errors import AnalysisError, TofuError
 from tofu.graph.attrs import Attrs, AttrValue
 from tofu.graph.single_op import infer_op_shapes
+from tofu.tdl.describe import OpDescription, describe
 
 Shape = tuple[int, ...]
 

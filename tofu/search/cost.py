@@ -18,9 +18,11 @@ gradient (parameters and activations; not data, labels or auxiliary states):
 Backward is the adjoint of forward: a fetched input region becomes a reduced gradient region, a
 reduce-scatter of partial outputs becomes an all-gather of the output gradient, a conversion is converted
 back. Tied ops (the timesteps of an RNN layer) that read the same tensor fetch it once per iteration (and
-reduce its gradient once), as a worker keeps what it fetched. The costs depend on a strategy and one tensor's choice each, so they are separable (problem.py).
-Only strategies that can be run (MXNet's kernel on the shards, or the op's declared expansion when the
-strategy exchanges statistics) are offered, unless ``runnable_only`` is off.
+reduce its gradient once), as a worker keeps what it fetched. The costs depend on a strategy and one
+tensor's choice each, so they are separable (problem.py). Strategies that cannot be run (by MXNet's kernel on
+the shards, or by the op's declared expansion when the strategy exchanges statistics) are excluded: the
+search finds them by checking what it chooses (``recursive._solve_runnable``) and passes them as
+``excluded``; when every strategy of an op is excluded, each output split is computed whole on every worker.
 """
 from __future__ import annotations
 
@@ -240,8 +242,8 @@ def _with_costs(found, ins, outs, k, grads, items):
             partial = isinstance(placement, PartialSum)
             tables.append({**{d: 0.0 for d in range(len(shape))}, None: gather if partial else 0.0})
             const += (k - 1) * size * ((1 + g) if partial else g)
-        for x, n in zip(s.exchanges, s.exchange_elements):
-            const += 2 * (k - 1) * n * items[n_in] * 2
+        for n in s.exchange_elements:          # all-reduce of each partial statistic, and of its gradient
+            const += 2 * (k - 1) * n * items[n_in] * (1 + grads[n_in])
         result.append((s, const, tuple(tables)))
     return tuple(result)
 
