@@ -1,0 +1,24 @@
+"""Smoke tests of the experiment scripts' ``--quick`` runs: they write their CSV (and sidecar) and the rows
+say what the scripts promise (every algorithm on the small models; Tofu never moves more than the others)."""
+import csv
+import json
+from collections import defaultdict
+
+from experiments import plot_search, run_search_time
+
+
+def test_run_search_time_quick_writes_rows_and_sidecar(tmp_path, capsys):
+    assert run_search_time.main(["--quick", "--tag", "smoke", "--out-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "smoke.csv").open()))
+    assert rows and all(r["status"] == "ok" for r in rows)
+    assert {r["model"] for r in rows} == {"wresnet-tiny", "rnn-tiny", "mlp"}
+    by = defaultdict(dict)
+    for r in rows:
+        by[(r["model"], r["workers"])][r["algo"]] = float(r["comm_bytes"])
+    for costs in by.values():
+        assert costs["tofu"] <= min(costs.values())
+    sidecar = json.loads((tmp_path / "smoke.json").read_text())
+    assert sidecar["args"]["quick"] is True and sidecar["mxnet"] == "1.9.1"
+    out = tmp_path / "fig.png"
+    assert plot_search.main([str(tmp_path / "smoke.csv"), "--workers", "2", "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000
