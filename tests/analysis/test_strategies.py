@@ -19,7 +19,7 @@ from tofu.errors import AnalysisError
 from tofu.graph.attrs import Attrs
 from tofu.graph.single_op import infer_op_shapes, run_op
 from tofu.tdl.describe import describe
-from tofu.tdl.expr import FULL, Affine, Computed, Var
+from tofu.tdl.expr import FULL, Affine, Computed, IndexExpr, Var
 from tofu.tdl.interpret import _Evaluator, evaluate
 
 from tests.operators.test_conformance import random_inputs
@@ -143,14 +143,13 @@ class _Recorder(_Evaluator):
         idx, affine = [], True
         for d, sub in enumerate(acc.index):
             n = acc.tensor.shape[d]
-            if sub is FULL or not hasattr(sub, "__floordiv__") or not isinstance(sub, (Var, Affine)):
-                affine = False
-            if sub is FULL or not isinstance(sub, (Var, Affine)) or (isinstance(sub, Affine) and sub.linear() is None):
-                affine = False
+            if not (isinstance(sub, Var) or (isinstance(sub, Affine) and sub.linear() is not None)):
+                affine = False          # a slice, a data-dependent index, // or %
             if sub is FULL:
                 idx.append(np.arange(n).reshape([1] * d + [n] + [1] * (nd - d - 1)))
-            elif isinstance(sub, (Var, Affine)) or hasattr(sub, "k"):
-                idx.append(self.index(sub, env, dims).reshape(self.index(sub, env, dims).shape + (1,) * extra))
+            elif isinstance(sub, IndexExpr):
+                i = self.index(sub, env, dims)
+                idx.append(i.reshape(i.shape + (1,) * extra))
             else:
                 idx.append(None)     # data-dependent: whole dimension
                 affine = False
