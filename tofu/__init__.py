@@ -9,5 +9,10 @@ import os as _os
 # The MKLDNN subgraph backend adds spurious cross-device copies and breaks explicit backward binds.
 _os.environ.setdefault("MXNET_SUBGRAPH_BACKEND", "NONE")
 _os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
+# MKLDNN's slice of a blocked-layout tensor followed by a cross-device copy kills the process (SIGFPE,
+# reproduced with a Convolution whose channel slice feeds another device): partitioned graphs run MXNet's
+# native CPU kernels. Read once, at the first operator MXNet runs. Their fallback notices are silenced.
+_os.environ.setdefault("MXNET_MKLDNN_ENABLED", "0")
+_os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
 
 __version__ = "0.1.0"

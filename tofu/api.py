@@ -39,6 +39,7 @@ def clear_caches() -> None:
     coarsen = importlib.import_module("tofu.search.coarsen")
     cost = importlib.import_module("tofu.search.cost")
     describe = importlib.import_module("tofu.tdl.describe")
+    views = importlib.import_module("tofu.analysis.views")
 
     describe._describe.cache_clear()
     strategies._analyse.cache_clear()
@@ -47,4 +48,4 @@ def clear_caches() -> None:
     single_op._infer.cache_clear()
     coarsen._elementwise.cache_clear()
     cost._costed.cache_clear()
-    cost._CALLS.clear()
+    views.clear_calls()

@@ -34,10 +34,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from tofu import registry
-from tofu.analysis.shard import ShardCall, shard_call
 from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, SplitDim, strategies
-from tofu.errors import AnalysisError, SearchError, TofuError
+from tofu.analysis.views import NodeView, kernel_call, next_view, runnable  # noqa: F401 (re-exported)
+from tofu.errors import SearchError, TofuError
 from tofu.graph.ir import Graph, Node, Role
 from tofu.search.coarsen import Coarsening
 from tofu.search.problem import CutProblem, OpGroup, TensorGroup
@@ -45,24 +44,6 @@ from tofu.tdl.describe import describe
 
 Shape = tuple[int, ...]
 _NO_GRAD = (Role.DATA, Role.LABEL, Role.AUX)
-
-
-@dataclass(frozen=True)
-class NodeView:
-    """An op as one worker group sees it at a step of the recursion: after a cut, each op is its shard (the
-    shard's attributes and shapes, as MXNet's kernel runs it), reading pieces of its input tensors."""
-
-    op: str
-    attrs: object
-    in_shapes: tuple[Shape, ...]
-    out_shapes: tuple[Shape, ...]
-    inputs: tuple[int, ...]           # tensor ids, one per view input
-    outputs: tuple[int, ...]
-
-    @staticmethod
-    def of(graph: Graph, node: Node) -> "NodeView":
-        return NodeView(node.op, node.attrs, tuple(graph.tensors[t].shape for t in node.inputs),
-                        tuple(graph.tensors[t].shape for t in node.outputs), node.inputs, node.outputs)
 
 
 @dataclass(frozen=True)
@@ -271,42 +252,3 @@ def _computed_whole(s: PartitionStrategy) -> PartitionStrategy:
     whole = tuple(None if r is None else Region(tuple((0, n - 1) for n in shape), tuple((0, 0) for _ in shape))
                   for r, shape in zip(s.input_regions[0], s.input_shapes))
     return dataclasses.replace(s, var=s.var + "*", input_regions=tuple(whole for _ in range(s.k)))
-
-
-_CALLS: dict = {}
-
-
-def runnable(op, attrs, desc, s: PartitionStrategy) -> bool:
-    """Whether the strategy can be run: MXNet's kernel on the shards (checked on the border workers and one
-    interior one, which differs from the others by its offset only), or the op's declared expansion."""
-    if s.exchanges:
-        return registry.expansion(op) is not None
-    return all(kernel_call(op, attrs, desc, s, w) is not None for w in sorted({0, min(1, s.k - 1), s.k - 1}))
-
-
-def kernel_call(op, attrs, desc, s: PartitionStrategy, worker: int) -> ShardCall | None:
-    """MXNet's kernel call for one worker's shard (cached), or None when the kernel cannot run it."""
-    key = (op, attrs, s.input_shapes, tuple(o.shape for o in desc.outputs), s.var, s.kind, s.k, worker)
-    if key not in _CALLS:
-        first = _CALLS.get(key[:-1] + (0,)) if worker else None
-        try:
-            _CALLS[key] = shard_call(op, attrs, s, worker, desc, prefer=first.attrs if first else None)
-        except AnalysisError:
-            _CALLS[key] = None
-    return _CALLS[key]
-
-
-def next_view(view: NodeView, s: PartitionStrategy, k: int) -> NodeView:
-    """The op as worker 0's group sees it after the cut: MXNet's kernel call for its shard when there is
-    one, else the op on its regions (an expansion's statistics exchange recurs on the smaller problem)."""
-    if s.var.endswith("*"):        # computed whole on every worker: the same op again
-        return view
-    desc = describe(view.op, view.attrs, view.in_shapes, view.out_shapes)
-    call = None if s.exchanges else kernel_call(view.op, view.attrs, desc, s, 0)
-    outs = tuple(r.shape for r in s.output_regions[0])
-    if call is not None:
-        return NodeView(view.op, call.attrs, call.input_shapes(), outs if not call.crop else view.out_shapes,
-                        tuple(view.inputs[i] for i in call.inputs), view.outputs)
-    # an input the strategy does not read keeps its shape (the op still takes it)
-    shapes = tuple(r.shape if r is not None else shape for r, shape in zip(s.input_regions[0], view.in_shapes))
-    return NodeView(view.op, view.attrs, shapes, outs, view.inputs, view.outputs)

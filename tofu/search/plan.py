@@ -1,8 +1,10 @@
 """The search's output: a :class:`Plan`, a JSON-serializable value that the rewriter can replay alone.
 
 For every step of the recursion: the cut's width, how many identical worker groups it runs in, its cost for
-one group, each tensor's split dimension and each op's split variable; then the total communication, the
-search time and each device's memory under the plan.
+one group, each tensor's split dimension and each op's choice (an :class:`~tofu.analysis.compose.OpChoice`:
+the kind of split and its index variable, or the dimension a merged element-wise op follows); then the total
+communication, the search time and each device's memory under the plan. Every worker's kernel call follows
+from these alone (:func:`tofu.analysis.compose.compose`), which is what the rewriter replays.
 """
 from __future__ import annotations
 
@@ -12,11 +14,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tofu.analysis.compose import OpChoice
 from tofu.errors import PlanError
 from tofu.graph.ir import Graph, Role
 from tofu.graph.memory import MemoryEstimate, estimate_training_memory
 
-PLAN_VERSION = 1
+PLAN_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -25,7 +28,12 @@ class PlanStep:
     groups: int                                   # identical groups the step runs in (F_j)
     cost_bytes: float                             # d_j: bytes moved in one group
     tensor_dims: tuple[tuple[str, int | None], ...]   # tensor name -> split dimension (None: replicated)
-    op_splits: tuple[tuple[str, str], ...]            # node name -> split index variable
+    op_choices: tuple[tuple[str, OpChoice], ...]      # node name -> what the op does at this step
+
+    @property
+    def op_splits(self) -> tuple[tuple[str, str], ...]:
+        """node name -> the choice in short (the split variable, ``var*``, ``dim1``, ``replicate``)."""
+        return tuple((n, str(c)) for n, c in self.op_choices)
 
 
 @dataclass(frozen=True)
@@ -44,7 +52,8 @@ class Plan:
                 "comm_bytes": self.comm_bytes, "search_seconds": self.search_seconds,
                 "per_device_bytes": dict(self.per_device_bytes), "coarsening": dict(self.coarsening),
                 "steps": [{"factor": s.factor, "groups": s.groups, "cost_bytes": s.cost_bytes,
-                           "tensor_dims": dict(s.tensor_dims), "op_splits": dict(s.op_splits)}
+                           "tensor_dims": dict(s.tensor_dims),
+                           "ops": {n: c.to_json() for n, c in s.op_choices}}
                           for s in self.steps]}
 
     def save(self, path: str | Path) -> None:
@@ -57,7 +66,8 @@ class Plan:
                 raise PlanError(f"plan version {doc.get('version')!r} is not {PLAN_VERSION}")
             steps = tuple(PlanStep(int(s["factor"]), int(s["groups"]), float(s["cost_bytes"]),
                                    tuple((k, None if v is None else int(v)) for k, v in s["tensor_dims"].items()),
-                                   tuple((k, str(v)) for k, v in s["op_splits"].items())) for s in doc["steps"])
+                                   tuple((k, OpChoice.from_json(v)) for k, v in s["ops"].items()))
+                          for s in doc["steps"])
             plan = Plan(str(doc["model"]), int(doc["workers"]), str(doc["algo"]), steps,
                         float(doc["comm_bytes"]), float(doc["search_seconds"]),
                         tuple((k, int(v)) for k, v in doc["per_device_bytes"].items()),

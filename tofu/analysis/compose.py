@@ -1,0 +1,272 @@
+"""Every worker's kernel call under a whole plan: the steps of a recursive partition composed per op.
+
+Input: an op (its :class:`~tofu.analysis.views.NodeView`), the plan's choice for it at every step, and the
+steps' widths f_1 .. f_m. Output: for each of the k = f_1 ... f_m workers a :class:`WorkerCall`: the
+attributes MXNet's kernel runs with, the box of every input it reads and the box of every output it produces,
+in the coordinates of the whole tensors, and over which steps an output is a partial sum.
+
+Worker w has coordinates (c_1, .., c_m), c_j in [0, f_j), w = sum_j c_j prod_{i>j} f_i (the first step's
+groups are the slowest-varying). Step j applies the chosen strategy to the op as worker w's group sees it
+after steps 1..j-1 (its own view: border workers of a halo split differ from the others) and takes part c_j:
+
+    input box   B_j = B_{j-1} restricted to the region R_{c_j}(s_j) of the view's input (shifted by its origin)
+    output box  O_j = O_{j-1} restricted to P_{c_j}(s_j) (a split output), or O_{j-1} (partial, replicated)
+    partial     S_j = S_{j-1} + {j} when s_j's output is a partial sum
+
+A step whose strategy exchanges statistics (BatchNorm on a batch split) is run by the op's expansion: the
+worker then runs the expansion on its final pieces, the statistics combined over the workers that differ
+from it only at such steps. An op computed whole at step j (the fallback ``var*``, or a kernel that crops)
+stops there: every worker of the group computes the view's whole output, later steps do not narrow it.
+Boxes may extend past a tensor's ends: those elements are the access's fill value (a convolution's padding).
+"""
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from tofu.analysis.strategies import PartialSum, PartitionStrategy, SplitDim, strategies
+from tofu.analysis.views import NodeView, kernel_call
+from tofu.errors import AnalysisError
+
+Box = tuple[tuple[int, int], ...]        # per dimension [lo, hi) in the whole tensor's coordinates
+
+
+class ChoiceKind(enum.Enum):
+    OUTPUT = "output"      # split an output index variable: results concatenate
+    REDUCE = "reduce"      # split a reduction variable: partial outputs are reduced (partition-n-reduce)
+    WHOLE = "whole"        # an output split computed whole on every worker, each keeping its part (``var*``)
+    FOLLOW = "follow"      # a merged element-wise op: it follows its tensors' split (``dim``; None: replicated)
+
+
+@dataclass(frozen=True)
+class OpChoice:
+    """What a plan makes one op do at one step."""
+
+    kind: ChoiceKind
+    var: str | None = None       # OUTPUT, REDUCE, WHOLE: the split index variable
+    dim: int | None = None       # FOLLOW: the split dimension of the op's tensors
+
+    def __str__(self) -> str:
+        if self.kind is ChoiceKind.FOLLOW:
+            return "replicate" if self.dim is None else f"dim{self.dim}"
+        return f"{self.var}*" if self.kind is ChoiceKind.WHOLE else str(self.var)
+
+    def to_json(self) -> dict:
+        return {"kind": self.kind.value, "var": self.var, "dim": self.dim}
+
+    @staticmethod
+    def from_json(doc) -> "OpChoice":
+        kind = ChoiceKind(doc["kind"])
+        var, dim = doc.get("var"), doc.get("dim")
+        if kind is ChoiceKind.FOLLOW:
+            if var is not None or not (dim is None or (isinstance(dim, int) and not isinstance(dim, bool))):
+                raise ValueError(f"an element-wise choice takes an integer 'dim' or null, got {doc}")
+        elif not isinstance(var, str) or not var or dim is not None:
+            raise ValueError(f"a {kind.value} choice takes a variable name and no 'dim', got {doc}")
+        return OpChoice(kind, var, dim)
+
+    @staticmethod
+    def of(strategy: PartitionStrategy | None, follow_dim: int | None = None) -> "OpChoice":
+        """The choice a search made: a strategy (``var*`` when computed whole), or None for a merged op."""
+        if strategy is None:
+            return OpChoice(ChoiceKind.FOLLOW, dim=follow_dim)
+        if strategy.var.endswith("*"):
+            return OpChoice(ChoiceKind.WHOLE, strategy.var[:-1])
+        return OpChoice(ChoiceKind(strategy.kind), strategy.var)
+
+
+@dataclass(frozen=True)
+class InputPiece:
+    """What one worker's call reads of one input of the op."""
+
+    input: int                   # position among the op's inputs
+    box: Box                     # the piece, in the tensor's coordinates (may extend past its ends)
+    data: Box                    # the part of ``box`` read from the tensor; the rest is ``fill``
+    fill: float                  # the access's fill value (0 unless the description says otherwise)
+    zeroed: bool = False         # passed as zeros (a term partition-n-reduce counts on one worker only)
+
+
+@dataclass(frozen=True)
+class OutputPiece:
+    """What one worker's call produces of one output of the op."""
+
+    box: Box
+    partial: tuple[int, ...] = ()      # steps over whose workers the output is reduced
+    reducer: str | None = None         # "sum", "max", ... when ``partial``
+
+
+@dataclass(frozen=True)
+class WorkerCall:
+    """One worker's run of one op: MXNet's kernel (or the op's expansion) on its pieces."""
+
+    worker: int
+    attrs: object
+    inputs: tuple[InputPiece, ...]      # in the kernel's argument order
+    outputs: tuple[OutputPiece, ...]    # one per output of the op
+    exchange_steps: tuple[int, ...] = ()   # steps run by the expansion (statistics combined across them)
+
+    @property
+    def expansion(self) -> bool:
+        return bool(self.exchange_steps)
+
+
+def coordinates(worker: int, factors: Sequence[int]) -> tuple[int, ...]:
+    """Worker ``worker``'s coordinate at each step (the first step's varies slowest).
+
+    >>> coordinates(5, (2, 2, 2))
+    (1, 0, 1)
+    """
+    coords = []
+    for f in reversed(factors):
+        coords.append(worker % f)
+        worker //= f
+    return tuple(reversed(coords))
+
+
+def held_box(shape: Sequence[int], dims: Sequence[int | None], factors: Sequence[int], worker: int) -> Box:
+    """The box of a tensor that ``worker`` holds: at step j the group's box is cut f_j ways along ``dims[j]``
+    (None: kept whole, every member holds it)."""
+    box = [[0, n] for n in shape]
+    for d, f, c in zip(dims, factors, coordinates(worker, factors)):
+        if d is None:
+            continue
+        lo, hi = box[d]
+        step = (hi - lo) // f
+        box[d] = [lo + c * step, lo + (c + 1) * step]
+    return tuple((lo, hi) for lo, hi in box)
+
+
+def compose(view: NodeView, choices: Sequence[OpChoice], factors: Sequence[int]) -> tuple[WorkerCall, ...]:
+    """Every worker's call of the op seen as ``view`` (its whole shapes) under ``choices`` (one per step).
+
+    Raises:
+        AnalysisError: a choice names no strategy of the op at that step, or the op's kernel (or expansion)
+            cannot run a worker's shard.
+    """
+    k = math.prod(factors)
+    return tuple(_compose_worker(view, choices, factors, w) for w in range(k))
+
+
+def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequence[int], w: int) -> WorkerCall:
+    n_out = len(view.out_shapes)
+    # per view input: (op input position, origin of the view's coordinates in the tensor's, the window of the
+    # tensor's data in them (elsewhere: fill, the halo a kernel's padding or a padded region provides), zeroed)
+    ins = [(p, (0,) * len(s), _box((0,) * len(s), s), False) for p, s in enumerate(view.in_shapes)]
+    out_origin = [(0,) * len(s) for s in view.out_shapes]
+    partial: list[list[int]] = [[] for _ in range(n_out)]
+    reducer: list[str | None] = [None] * n_out
+    exchanges: list[int] = []
+    fills: dict[int, float] = {}
+    for j, (choice, f, c) in enumerate(zip(choices, factors, coordinates(w, factors))):
+        if choice.kind is ChoiceKind.FOLLOW:
+            view, ins, out_origin = _follow(view, ins, out_origin, choice.dim, f, c)
+            continue
+        if choice.kind is ChoiceKind.WHOLE:
+            break               # every worker of the group computes the whole output of this view
+        s = _strategy(view, choice, f)
+        for p, fill in zip((q[0] for q in ins), s.fills):
+            if fill is not None:
+                fills[p] = fill
+        if s.exchanges:
+            if any(isinstance(o, PartialSum) for o in s.outputs):
+                raise AnalysisError(f"{view.op}: a statistics exchange with a partial output cannot be composed")
+            regions = s.input_regions[c]
+            shapes = []
+            new_ins = []
+            for (p, origin, window, zeroed), r, shape in zip(ins, regions, view.in_shapes):
+                if r is None:
+                    new_ins.append((p, origin, window, zeroed))
+                    shapes.append(shape)
+                    continue
+                if any(map(any, r.pad)):
+                    raise AnalysisError(f"{view.op}: a statistics exchange reading a halo cannot be composed")
+                new_ins.append((p, tuple(o + lo for o, (lo, _) in zip(origin, r.bounds)),
+                                _narrow(window, origin, r.bounds), zeroed))
+                shapes.append(r.shape)
+            ins = new_ins
+            out_origin = [tuple(o + lo for o, (lo, _) in zip(origin, r.bounds))
+                          for origin, r in zip(out_origin, s.output_regions[c])]
+            view = NodeView(view.op, view.attrs, tuple(shapes), tuple(r.shape for r in s.output_regions[c]),
+                            view.inputs, view.outputs)
+            exchanges.append(j)
+            continue
+        if exchanges and (s.kind == "reduce"):
+            raise AnalysisError(f"{view.op}: a reduction split after a statistics exchange cannot be composed")
+        call = kernel_call(view.op, view.attrs, view.describe(), s, c)
+        if call is None:
+            raise AnalysisError(f"MXNet's kernel cannot run worker {c}'s shard of {s} (worker {w} of the plan)")
+        if exchanges and len(call.inputs) != len(ins):
+            raise AnalysisError(f"{view.op}: a kernel split dropping inputs after a statistics exchange "
+                                f"cannot be composed")
+        new_ins = []
+        for i, r in zip(call.inputs, call.regions):
+            p, origin, window, zeroed = ins[i]
+            start = tuple(o + lo - (pad[0] if call.padded else 0) for o, (lo, _), pad in zip(origin, r.bounds, r.pad))
+            new_ins.append((p, start, _narrow(window, origin, r.bounds), zeroed or i in call.zeroed))
+        ins = new_ins
+        if call.crop:
+            view = NodeView(view.op, call.attrs, call.input_shapes(), view.out_shapes,
+                            tuple(view.inputs[i] for i in call.inputs), view.outputs)
+            break
+        for o, placement in enumerate(s.outputs):
+            if isinstance(placement, SplitDim):
+                lo = s.output_regions[c][o].bounds[placement.dim][0]
+                out_origin[o] = tuple(x + (lo if d == placement.dim else 0) for d, x in enumerate(out_origin[o]))
+            elif isinstance(placement, PartialSum):
+                if reducer[o] not in (None, placement.reducer):
+                    raise AnalysisError(f"{view.op}: partial outputs reduced by both {reducer[o]} and "
+                                        f"{placement.reducer}")
+                partial[o].append(j)
+                reducer[o] = placement.reducer
+        view = NodeView(view.op, call.attrs, call.input_shapes(), tuple(r.shape for r in s.output_regions[c]),
+                        tuple(view.inputs[i] for i in call.inputs), view.outputs)
+    pieces = []
+    for (p, origin, window, zeroed), shape in zip(ins, view.in_shapes):
+        box = _box(origin, shape)
+        data = tuple((max(a, c), max(max(a, c), min(b, d))) for (a, b), (c, d) in zip(box, window))
+        pieces.append(InputPiece(p, box, data, fills.get(p, 0.0), zeroed))
+    outs = tuple(OutputPiece(_box(origin, shape), tuple(partial[o]), reducer[o])
+                 for o, (origin, shape) in enumerate(zip(out_origin, view.out_shapes)))
+    return WorkerCall(w, view.attrs, tuple(pieces), outs, tuple(exchanges))
+
+
+def _follow(view: NodeView, ins, out_origin, d: int | None, f: int, c: int):
+    """A merged element-wise op on the worker's slice along ``d`` of its (same-shaped) input and output."""
+    if d is None:
+        return view, ins, out_origin
+    out_shape = view.out_shapes[0]
+    step = out_shape[d] // f
+
+    def cut(origin, shape):
+        if tuple(shape) != tuple(out_shape):
+            return origin, shape
+        return (tuple(x + (c * step if i == d else 0) for i, x in enumerate(origin)),
+                tuple(step if i == d else n for i, n in enumerate(shape)))
+
+    new_ins, shapes = [], []
+    for (p, origin, window, zeroed), shape in zip(ins, view.in_shapes):
+        o, s = cut(origin, shape)
+        new_ins.append((p, o, _narrow(window, o, tuple((0, n - 1) for n in s)), zeroed))
+        shapes.append(s)
+    outs = [cut(origin, shape) for origin, shape in zip(out_origin, view.out_shapes)]
+    new_view = NodeView(view.op, view.attrs, tuple(shapes), tuple(s for _, s in outs), view.inputs, view.outputs)
+    return new_view, new_ins, [o for o, _ in outs]
+
+
+def _strategy(view: NodeView, choice: OpChoice, f: int) -> PartitionStrategy:
+    for s in strategies(view.describe(), f):
+        if s.var == choice.var and s.kind == choice.kind.value:
+            return s
+    raise AnalysisError(f"{view.op} at input shapes {list(view.in_shapes)} has no {choice.kind.value} split of "
+                        f"'{choice.var}' over {f} workers")
+
+
+def _narrow(window: Box, origin: Sequence[int], bounds) -> Box:
+    """``window`` restricted to the region ``bounds`` (inclusive, in the view's coordinates at ``origin``)."""
+    return tuple((max(a, o + lo), min(b, o + hi + 1)) for (a, b), o, (lo, hi) in zip(window, origin, bounds))
+
+
+def _box(origin: Sequence[int], shape: Sequence[int]) -> Box:
+    return tuple((o, o + n) for o, n in zip(origin, shape))

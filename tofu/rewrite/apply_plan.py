@@ -1,0 +1,278 @@
+"""Stage 4 of the pipeline: Graph + Plan -> one partitioned forward MXNet Symbol over k devices.
+
+Input: a :class:`~tofu.graph.ir.Graph` and a :class:`~tofu.search.plan.Plan` (any number of recursion steps).
+Output: a :class:`PartitionedGraph`: the symbol, whose every op runs once per device under ``ctx_group``
+``dev{i}`` with MXNet's own kernel on its shard, and the shard variables it reads.
+
+Every op of the graph becomes one op per device, called as :func:`tofu.analysis.compose.compose` says (the
+attributes the analysis derived, the pieces of its inputs). Every tensor is held as the plan says: device w
+holds the box of it that the plan's cuts give w (:func:`~tofu.analysis.compose.held_box`); an op's input piece
+that its device does not hold is gathered from the holders (:mod:`tofu.rewrite.comm`), and each op's outputs
+are turned into the held boxes (partial results reduce-scattered: each device sums its own slice).
+
+Shard variables (the naming scheme): ``{tensor}@dev{w}`` is device w's box of ``tensor``. A parameter has one
+variable per distinct box, on the first device holding it (devices that hold a replicated parameter read it
+from there, and their gradients are summed there); data and labels have one on every device (replicas are fed
+the same values); an auxiliary state has one on every device whose op reads it, with the box that op reads.
+MXNet derives the backward pass and runs each backward op on its forward op's device.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import mxnet as mx
+
+from tofu import registry
+from tofu.analysis.compose import Box, InputPiece, compose, coordinates, held_box
+from tofu.analysis.views import NodeView
+from tofu.errors import TofuError
+from tofu.graph.ir import Graph, Node, Role
+from tofu.rewrite.comm import Fabric, Held, RewriteError, box_shape, scope
+from tofu.search.plan import Plan
+from tofu.tdl.describe import describe, typed_attrs
+
+
+@dataclass(frozen=True)
+class ShardVar:
+    """A variable of the partitioned symbol: device ``device``'s box of tensor ``tensor``."""
+
+    name: str
+    tensor: str
+    device: int
+    box: Box
+    role: Role
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return box_shape(self.box)
+
+
+@dataclass(frozen=True)
+class HeadPiece:
+    """Output ``output`` of the partitioned symbol: device ``device``'s box of the graph output ``tensor``."""
+
+    tensor: str
+    device: int
+    box: Box
+    output: int
+
+
+@dataclass(frozen=True)
+class PartitionedGraph:
+    symbol: mx.sym.Symbol
+    workers: int
+    variables: tuple[ShardVar, ...]
+    heads: tuple[HeadPiece, ...]
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {v.name: v.shape for v in self.variables}
+
+
+def apply_plan(graph: Graph, plan: Plan) -> PartitionedGraph:
+    """The partitioned forward symbol of ``graph`` under ``plan``.
+
+    Raises:
+        RewriteError: the plan does not fit the graph, or an op's shard cannot be built.
+    """
+    try:
+        return _Rewriter(graph, plan).run()
+    except RewriteError:
+        raise
+    except TofuError as e:
+        raise RewriteError(str(e)) from None
+
+
+class _Rewriter:
+    def __init__(self, graph: Graph, plan: Plan):
+        self.graph = graph
+        self.factors = tuple(s.factor for s in plan.steps)
+        self.k = math.prod(self.factors)
+        if self.k != plan.workers:
+            raise RewriteError(f"the plan's cuts multiply to {self.k}, not its {plan.workers} workers")
+        try:
+            self.dims = {t.id: tuple(dict(s.tensor_dims)[t.name] for s in plan.steps) for t in graph.tensors}
+            self.choices = {n.id: tuple(dict(s.op_choices)[n.name] for s in plan.steps) for n in graph.nodes}
+        except KeyError as e:
+            raise RewriteError(f"the plan does not cover {e} of model '{graph.name}'") from None
+        self.coords = [coordinates(w, self.factors) for w in range(self.k)]
+        self.fabric = Fabric(self._distance)
+        self.held: dict[int, list[Held]] = {}
+        self.variables: list[ShardVar] = []
+        self._aux: dict[tuple[int, int], tuple[Box, object]] = {}
+        self.consumed = {t for n in graph.nodes for t in n.inputs} | set(graph.heads)
+
+    def _distance(self, u: int, w: int) -> int:
+        """0 for the same device; else the number of steps below the first one that separates them."""
+        if u == w:
+            return 0
+        first = next(j for j, (a, b) in enumerate(zip(self.coords[u], self.coords[w])) if a != b)
+        return len(self.factors) - first
+
+    def box(self, t: int, w: int) -> Box:
+        return held_box(self.graph.tensors[t].shape, self.dims[t], self.factors, w)
+
+    def run(self) -> PartitionedGraph:
+        for t in self.graph.tensors:
+            if t.producer is None and t.role is not Role.AUX:
+                self._variables(t.id)
+        for node in self.graph.nodes:
+            self._node(node)
+        heads, outputs = [], []
+        for t in dict.fromkeys(self.graph.heads):
+            seen = set()
+            for h in self.held[t]:
+                if h.box not in seen:
+                    seen.add(h.box)
+                    heads.append(HeadPiece(self.graph.tensors[t].name, h.device, h.box, len(outputs)))
+                    outputs.append(h.symbol)
+        symbol = _place_ungrouped(mx.sym.Group(outputs))
+        used = set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
+        return PartitionedGraph(symbol, self.k, tuple(v for v in self.variables if v.name in used), tuple(heads))
+
+    # ------------------------------------------------------------------------------------------ variables
+    def _var(self, t: int, w: int, box: Box):
+        tensor = self.graph.tensors[t]
+        name = f"{tensor.name}@dev{w}"
+        self.variables.append(ShardVar(name, tensor.name, w, box, tensor.role))
+        return mx.sym.var(name, shape=box_shape(box), attr={"__ctx_group__": f"dev{w}"})
+
+    def _variables(self, t: int) -> None:
+        tensor = self.graph.tensors[t]
+        held, seen = [], set()
+        for w in range(self.k):
+            box = self.box(t, w)
+            if tensor.role is Role.PARAM and box in seen:
+                continue            # a replica: read from the first holder
+            seen.add(box)
+            held.append(Held(w, box, (), self._var(t, w, box)))
+        self.held[t] = held
+
+    def _aux_input(self, t: int, w: int, piece: InputPiece):
+        if piece.box != piece.data:
+            raise RewriteError(f"auxiliary state '{self.graph.tensors[t].name}' is read past its ends")
+        if (t, w) in self._aux:
+            box, sym = self._aux[(t, w)]
+            if box != piece.box:
+                raise RewriteError(f"auxiliary state '{self.graph.tensors[t].name}' is read as two boxes on "
+                                   f"device {w}")
+            return sym
+        sym = self._var(t, w, piece.box)
+        self._aux[(t, w)] = (piece.box, sym)
+        return sym
+
+    # ------------------------------------------------------------------------------------------------ ops
+    def _inputs(self, node: Node, call) -> list:
+        w = call.worker
+        args = []
+        for piece in call.inputs:
+            t = node.inputs[piece.input]
+            tensor = self.graph.tensors[t]
+            if piece.zeroed:
+                with scope(w):
+                    args.append(mx.sym.zeros(shape=box_shape(piece.box), name=self.fabric.name(f"zeros@dev{w}")))
+            elif tensor.role is Role.AUX:
+                args.append(self._aux_input(t, w, piece))
+            else:
+                args.append(self.fabric.gather(tensor.name, self.held[t], piece.box, w, piece.data, piece.fill))
+        return args
+
+    def _node(self, node: Node) -> None:
+        view = NodeView.of(self.graph, node)
+        try:
+            calls = compose(view, self.choices[node.id], self.factors)
+        except TofuError as e:
+            raise RewriteError(f"node '{node.name}' ({node.op}): {e}") from None
+        if any(c.expansion for c in calls):
+            results = self._expansion(node, view, calls)
+        else:
+            results = []
+            fn = _op_function(node.op)
+            for call in calls:
+                args = self._inputs(node, call)
+                with scope(call.worker):
+                    sym = fn(*args, name=f"{node.name}@dev{call.worker}", **call.attrs.to_mxnet())
+                n_visible = len(sym.list_outputs())
+                results.append([sym[o] if n_visible > 1 else sym for o in range(n_visible)])
+        for o, t in enumerate(node.outputs):
+            if t not in self.consumed:
+                continue
+            if o >= len(results[0]):
+                raise RewriteError(f"node '{node.name}': output {o} is read but MXNet hides it")
+            produced = [Held(c.worker, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial),
+                             r[o]) for c, r in zip(calls, results)]
+            reducer = calls[0].outputs[o].reducer or "sum"
+            name = self.graph.tensors[t].name
+            self.held[t] = [Held(w, self.box(t, w), (), self.fabric.gather(name, produced, self.box(t, w), w,
+                                                                              reducer=reducer))
+                            for w in range(self.k)]
+
+    def _expansion(self, node: Node, view: NodeView, calls) -> list[list]:
+        """The op's declared expansion, the statistics combined over the workers that differ only at the
+        steps that exchange them."""
+        expand = registry.expansion(node.op)
+        if expand is None:
+            raise RewriteError(f"node '{node.name}' ({node.op}) exchanges statistics but has no expansion")
+        steps = calls[0].exchange_steps
+        if any(c.exchange_steps != steps for c in calls):
+            raise RewriteError(f"node '{node.name}': workers differ in the steps that exchange statistics")
+        attrs = typed_attrs(type(view.describe().attrs), calls[0].attrs, node.op)
+        groups: dict[tuple, list] = {}
+        for c in calls:
+            key = tuple(x for j, x in enumerate(self.coords[c.worker]) if j not in steps)
+            groups.setdefault(key, []).append(c)
+        results: dict[int, list] = {}
+        for members in groups.values():
+            devices = [c.worker for c in members]
+            pieces = [self._inputs(node, c) for c in members]
+            shapes = [[box_shape(p.box) for p in c.inputs] for c in members]
+            outs = expand(pieces, shapes, attrs,
+                          lambda parts, reducer="sum", d=devices: self.fabric.allreduce(parts, d, reducer))
+            for c, out in zip(members, outs):
+                results[c.worker] = list(out)
+        return [results[c.worker] for c in calls]
+
+
+def _op_function(op: str):
+    fn = getattr(mx.sym, op, None) or getattr(mx.sym._internal, op, None)
+    if fn is None:
+        raise RewriteError(f"MXNet has no symbol function for operator '{op}'")
+    return fn
+
+
+def _place_ungrouped(symbol: mx.sym.Symbol) -> mx.sym.Symbol:
+    """Puts every op that was built without a device (inside an expansion) on the device of its first input,
+    explicitly, rather than leaving it to MXNet's placement."""
+    doc = json.loads(symbol.tojson())
+    groups: list[str | None] = []
+    changed = False
+    for jn in doc["nodes"]:
+        attrs = jn.setdefault("attrs", {})
+        group = attrs.get("__ctx_group__")
+        if group is None and jn["op"] != "null":
+            group = next((groups[i[0]] for i in jn["inputs"] if groups[i[0]] is not None), None)
+            if group is not None:
+                attrs["__ctx_group__"] = group
+                changed = True
+        groups.append(group)
+    return mx.sym.load_json(json.dumps(doc)) if changed else symbol
+
+
+def shard_values(pg: PartitionedGraph, values) -> dict[str, "object"]:
+    """Every shard variable's value cut from the whole tensors ``values`` (name -> numpy array)."""
+    return {v.name: values[v.tensor][tuple(slice(a, b) for a, b in v.box)] for v in pg.variables}
+
+
+def gather_values(pg: PartitionedGraph, shards, shapes: dict[str, Sequence[int]], roles=(Role.PARAM,)):
+    """The whole tensors from the shard variables' values (``shards``: name -> numpy array)."""
+    import numpy as np
+
+    out = {}
+    for v in pg.variables:
+        if v.role not in roles:
+            continue
+        full = out.setdefault(v.tensor, np.zeros(shapes[v.tensor], dtype=np.asarray(shards[v.name]).dtype))
+        full[tuple(slice(a, b) for a, b in v.box)] = shards[v.name]
+    return out

@@ -1,0 +1,198 @@
+"""Communication glue of the partitioned graph: boxes of tensors gathered from the devices that hold them.
+
+Input: the pieces of a tensor that devices hold (box, partial-sum key, symbol) and a box a device needs.
+Output: one MXNet symbol on that device, built from ``slice`` (on the holder's device), ``Concat``, ``add_n``
+(or ``maximum`` ...) and constants for fill; MXNet inserts a ``_CrossDeviceCopy`` for every piece that crosses
+devices, and derives the backward pass (a fetched piece's gradient flows back to its holder and is summed
+there; the adjoint of a reduce-scatter is an all-gather).
+
+Rules that keep what MXNet copies equal to what the plan counts (see MXNET.md, "Several devices"):
+
+* a piece is cut on its holder's device (slice, or ``identity`` when the whole piece is sent), so only the
+  bytes needed cross devices, and no entry feeds two devices directly (MXNet would then sum its gradient on
+  the wrong device);
+* a piece sent to a device is built once per destination and shared by every consumer there (an RNN weight
+  read by every timestep crosses once per iteration);
+* partial sums are reduced on the device that holds the result's slice (a reduce-scatter: every device sums
+  its own slice, never one shared sum that MXNet would place on a single device).
+"""
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import mxnet as mx
+
+from tofu.errors import TofuError
+
+Box = tuple[tuple[int, int], ...]
+
+
+class RewriteError(TofuError):
+    """The plan cannot be turned into a partitioned graph."""
+
+
+@dataclass(frozen=True)
+class Held:
+    """A piece of a tensor available on a device: its box, the partial-sum coordinates it belongs to (empty
+    for a complete value), and the symbol that computes it."""
+
+    device: int
+    box: Box
+    key: tuple[int, ...]
+    symbol: object
+
+
+def scope(device: int) -> mx.AttrScope:
+    return mx.AttrScope(ctx_group=f"dev{device}")
+
+
+def box_shape(box: Box) -> tuple[int, ...]:
+    return tuple(b - a for a, b in box)
+
+
+def intersect(a: Box, b: Box) -> Box | None:
+    out = tuple((max(x, u), min(y, v)) for (x, y), (u, v) in zip(a, b))
+    return out if all(lo < hi for lo, hi in out) else None
+
+
+def contains(outer: Box, inner: Box) -> bool:
+    return all(a <= c and d <= b for (a, b), (c, d) in zip(outer, inner))
+
+
+_REDUCE = {"sum": None, "max": "maximum", "min": "minimum", "prod": "multiply"}
+
+
+class Fabric:
+    """Builds the glue of one partitioned graph, naming every node and sharing pieces per destination."""
+
+    def __init__(self, distance: Callable[[int, int], int]):
+        self._distance = distance            # lower is closer (0: the same device)
+        self._sent: dict[tuple, object] = {}
+        self._count = itertools.count()
+
+    def name(self, base: str) -> str:
+        return f"{base}_{next(self._count)}"
+
+    # -------------------------------------------------------------------------------------------- pieces
+    def piece(self, tensor: str, src: Held, box: Box, dst: int) -> object:
+        """``box`` (inside ``src.box``) of a held piece, as a symbol ``dst`` can read."""
+        key = (tensor, src.device, src.box, src.key, box, dst)
+        if key in self._sent:
+            return self._sent[key]
+        whole = box == src.box
+        if whole and src.device == dst:
+            return src.symbol
+        with scope(src.device):
+            if whole:       # routed through the holder's device, one route per destination
+                sym = mx.sym.identity(src.symbol, name=self.name(f"{tensor}@dev{src.device}>dev{dst}"))
+            else:
+                begin = tuple(a - o for (a, _), (o, _) in zip(box, src.box))
+                end = tuple(b - o for (_, b), (o, _) in zip(box, src.box))
+                sym = mx.sym.slice(src.symbol, begin=begin, end=end,
+                                   name=self.name(f"{tensor}@dev{src.device}>dev{dst}_slice"))
+        self._sent[key] = sym
+        return sym
+
+    def gather(self, tensor: str, held: Sequence[Held], box: Box, dst: int, data: Box | None = None,
+               fill: float = 0.0, reducer: str = "sum") -> object:
+        """The value of ``box`` of ``tensor`` on device ``dst``: the ``data`` part (default: all) from the
+        pieces ``held`` (pieces of different partial-sum classes combined with ``reducer``), the rest ``fill``.
+        """
+        if reducer not in _REDUCE:
+            raise RewriteError(f"tensor '{tensor}': unknown reduction '{reducer}'")
+        data = box if data is None else data
+        parts = [h for h in held if intersect(h.box, data) is not None]
+        with scope(dst):
+            if not all(hi > lo for lo, hi in data):
+                return self._fill(box, fill, dst)
+            inner = self._grid(tensor, parts, data, dst, reducer)
+            return self._pad(inner, box, data, fill, dst)
+
+    def _grid(self, tensor: str, parts: Sequence[Held], box: Box, dst: int, reducer: str) -> object:
+        """``box`` assembled from the cells of the grid the pieces' edges cut it into."""
+        cuts = []
+        for d, (lo, hi) in enumerate(box):
+            edges = {lo, hi}
+            for h in parts:
+                for e in h.box[d]:
+                    if lo < e < hi:
+                        edges.add(e)
+            cuts.append(sorted(edges))
+        return self._assemble(tensor, parts, box, cuts, 0, dst, reducer)
+
+    def _assemble(self, tensor, parts, box, cuts, d, dst, reducer):
+        if d == len(box):
+            return self._cell(tensor, parts, box, dst, reducer)
+        edges = [e for e in cuts[d] if box[d][0] <= e <= box[d][1]]
+        segments = [self._assemble(tensor, parts, tuple((a, b) if i == d else r for i, r in enumerate(box)),
+                                   cuts, d + 1, dst, reducer) for a, b in zip(edges, edges[1:])]
+        if len(segments) == 1:
+            return segments[0]
+        return mx.sym.concat(*segments, dim=d, name=self.name(f"{tensor}@dev{dst}_concat"))
+
+    def _cell(self, tensor: str, parts: Sequence[Held], cell: Box, dst: int, reducer: str) -> object:
+        """One cell: inside one piece of every partial-sum class; the classes' pieces reduced on ``dst``."""
+        covering: dict[tuple, Held] = {}
+        for h in parts:
+            if contains(h.box, cell):
+                best = covering.get(h.key)
+                if best is None or (self._distance(h.device, dst), h.device) < (self._distance(best.device, dst),
+                                                                               best.device):
+                    covering[h.key] = h
+        if not covering:
+            raise RewriteError(f"no device holds box {cell} of tensor '{tensor}'")
+        pieces = [self.piece(tensor, h, cell, dst) for _, h in sorted(covering.items())]
+        if len(pieces) == 1:
+            return pieces[0]
+        if reducer == "sum":
+            return mx.sym.add_n(*pieces, name=self.name(f"{tensor}@dev{dst}_sum"))
+        fn = getattr(mx.sym, _REDUCE[reducer])
+        out = pieces[0]
+        for p in pieces[1:]:
+            out = fn(out, p, name=self.name(f"{tensor}@dev{dst}_{reducer}"))
+        return out
+
+    # ----------------------------------------------------------------------------------------------- fill
+    def _fill(self, box: Box, fill: float, dst: int) -> object:
+        return mx.sym.full(shape=box_shape(box), val=fill, name=self.name(f"fill@dev{dst}"))
+
+    def _pad(self, inner, box: Box, data: Box, fill: float, dst: int):
+        """``inner`` (the ``data`` part) surrounded by ``fill`` up to ``box``."""
+        current = list(data)
+        for d, ((lo, hi), (a, b)) in enumerate(zip(box, data)):
+            parts = []
+            if a > lo:
+                parts.append(self._fill(tuple((lo, a) if i == d else r for i, r in enumerate(current)), fill, dst))
+            parts.append(inner)
+            if b < hi:
+                parts.append(self._fill(tuple((b, hi) if i == d else r for i, r in enumerate(current)), fill, dst))
+            if len(parts) > 1:
+                inner = mx.sym.concat(*parts, dim=d, name=self.name(f"pad@dev{dst}"))
+            current[d] = (lo, hi)
+        return inner
+
+    def allreduce(self, parts: Sequence[object], devices: Sequence[int], reducer: str = "sum") -> list[object]:
+        """Every device's copy of the ``reducer`` of all devices' symbols (a statistics exchange)."""
+        out = []
+        for i, dst in enumerate(devices):
+            with scope(dst):
+                pieces = []
+                for j, (p, src) in enumerate(zip(parts, devices)):
+                    if j == i:
+                        pieces.append(p)
+                        continue
+                    with scope(src):
+                        pieces.append(mx.sym.identity(p, name=self.name(f"stat@dev{src}>dev{dst}")))
+                if reducer == "sum":
+                    out.append(mx.sym.add_n(*pieces, name=self.name(f"stat@dev{dst}_sum")))
+                elif reducer in _REDUCE:
+                    fn = getattr(mx.sym, _REDUCE[reducer])
+                    acc = pieces[0]
+                    for q in pieces[1:]:
+                        acc = fn(acc, q, name=self.name(f"stat@dev{dst}_{reducer}"))
+                    out.append(acc)
+                else:
+                    raise RewriteError(f"unknown all-reduce '{reducer}'")
+        return out

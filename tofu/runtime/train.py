@@ -1,0 +1,259 @@
+"""Stage 5 of the pipeline: a partitioned graph bound on k devices, trained, and measured.
+
+Input: a :class:`~tofu.rewrite.PartitionedGraph` (or the unpartitioned model, as one device), the whole
+values of its variables. Output: a :class:`Trainer` that runs training steps (forward, MXNet's derived
+backward, SGD with momentum on each device's own shards) and reports the bytes of every ``_CrossDeviceCopy``
+of the bound executor (:func:`cross_device_copies`).
+
+The executor is bound with ``group2ctx`` mapping ``dev{i}`` to ``cpu(i)`` (or ``gpu(i)``). Data and labels get
+no gradient; parameters ``write``; auxiliary states are MXNet's. MXNet's log lines printed while binding and
+running (``MXNET_SUBGRAPH_BACKEND=NONE is detected`` at every bind) are kept from the terminal (:func:`quiet`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import mxnet as mx
+import numpy as np
+
+from tofu.graph.ir import Graph, Role
+from tofu.rewrite.apply_plan import HeadPiece, PartitionedGraph, ShardVar
+
+_MXNET_LOG = re.compile(r"^\[\d\d:\d\d:\d\d\] \.\./(src|include)/")
+
+
+@contextlib.contextmanager
+def quiet():
+    """Keeps MXNet's own log lines (``[hh:mm:ss] ../src/...``) off stderr while the block runs; every other
+    line written to the process's stderr meanwhile is passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            mx.nd.waitall()
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace")
+    kept = [ln for ln in text.splitlines() if ln.strip() and not _MXNET_LOG.match(ln)]
+    if kept:
+        print("\n".join(kept), file=sys.stderr)
+
+
+def contexts(workers: int, kind: str = "cpu") -> list[mx.Context]:
+    return [mx.gpu(i) if kind == "gpu" else mx.cpu(i) for i in range(workers)]
+
+
+def whole_graph(graph: Graph, symbol: mx.sym.Symbol) -> PartitionedGraph:
+    """The unpartitioned model as a one-device :class:`PartitionedGraph` (variables under their own names)."""
+    variables = tuple(ShardVar(t.name, t.name, 0, tuple((0, n) for n in t.shape), t.role)
+                      for t in graph.tensors if t.producer is None)
+    heads = tuple(HeadPiece(graph.tensors[t].name, 0, tuple((0, n) for n in graph.tensors[t].shape), i)
+                  for i, t in enumerate(graph.heads))
+    return PartitionedGraph(symbol, 1, variables, heads)
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One ``_CrossDeviceCopy`` of the bound executor."""
+
+    name: str
+    shape: tuple[int, ...]
+    nbytes: int
+    backward: bool
+
+
+class Trainer:
+    """Training steps of a (partitioned) graph: SGD with momentum, each device updating its own shards."""
+
+    def __init__(self, pg: PartitionedGraph, values: Mapping[str, np.ndarray], ctx: str = "cpu",
+                 lr: float = 0.05, momentum: float = 0.9):
+        self.pg, self.lr, self.momentum = pg, lr, momentum
+        self.contexts = contexts(pg.workers, ctx)
+        devices = {v.name: v.device for v in pg.variables}
+        aux = set(pg.symbol.list_auxiliary_states())
+        grad_req = {v.name: "write" if v.role is Role.PARAM else "null" for v in pg.variables if v.name not in aux}
+        group2ctx = {f"dev{i}": c for i, c in enumerate(self.contexts)}
+        start = time.perf_counter()
+        with quiet():
+            self.executor = pg.symbol.simple_bind(ctx=self.contexts[0], group2ctx=group2ctx, grad_req=grad_req,
+                                                  **pg.shapes())
+        self.bind_seconds = time.perf_counter() - start
+        self.params = [v for v in pg.variables if v.role is Role.PARAM and v.name in self.executor.grad_dict]
+        self.load(values)
+        self.moms = {v.name: mx.nd.zeros(v.shape, ctx=self.contexts[devices[v.name]]) for v in self.params}
+        self.step_seconds: list[float] = []
+
+    def load(self, values: Mapping[str, np.ndarray]) -> None:
+        """Sets every variable (parameters, auxiliary states, data, labels) from the whole tensors."""
+        arrays = {**self.executor.arg_dict, **self.executor.aux_dict}
+        for v in self.pg.variables:
+            arrays[v.name][:] = values[v.tensor][tuple(slice(a, b) for a, b in v.box)]
+
+    def feed(self, batch: Mapping[str, np.ndarray]) -> None:
+        """Sets the data and labels (whole tensors by name) on every device."""
+        for v in self.pg.variables:
+            if v.tensor in batch:
+                self.executor.arg_dict[v.name][:] = batch[v.tensor][tuple(slice(a, b) for a, b in v.box)]
+
+    def forward_backward(self) -> dict[str, np.ndarray]:
+        """One forward and backward pass; returns the graph outputs, assembled."""
+        with quiet():
+            outs = self.executor.forward(is_train=True)
+            self.executor.backward()
+            return self._assemble([o.asnumpy() for o in outs])
+
+    def step(self, batch: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """One training step (forward, backward, update); returns the graph outputs before the update."""
+        if batch:
+            self.feed(batch)
+        start = time.perf_counter()
+        with quiet():
+            outs = self.executor.forward(is_train=True)
+            self.executor.backward()
+            for v in self.params:
+                w = self.executor.arg_dict[v.name]
+                mx.nd.sgd_mom_update(w, self.executor.grad_dict[v.name], self.moms[v.name], lr=self.lr,
+                                     momentum=self.momentum, out=w)
+            mx.nd.waitall()
+            self.step_seconds.append(time.perf_counter() - start)
+            return self._assemble([o.asnumpy() for o in outs])
+
+    def _assemble(self, outs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
+        full: dict[str, np.ndarray] = {}
+        for h in self.pg.heads:
+            end = tuple(b for _, b in h.box)
+            if h.tensor not in full:
+                shape = tuple(max(b for p in self.pg.heads if p.tensor == h.tensor for _, b in [p.box[d]])
+                              for d in range(len(end)))
+                full[h.tensor] = np.zeros(shape, dtype=outs[h.output].dtype)
+            full[h.tensor][tuple(slice(a, b) for a, b in h.box)] = outs[h.output]
+        return full
+
+    def gradients(self) -> dict[str, np.ndarray]:
+        """The whole gradient of every parameter, from its shards."""
+        return self._gather({v.name: self.executor.grad_dict[v.name].asnumpy() for v in self.params})
+
+    def parameters(self) -> dict[str, np.ndarray]:
+        """The whole value of every parameter (and auxiliary state), from its shards."""
+        arrays = {**self.executor.arg_dict, **self.executor.aux_dict}
+        values = {v.name: arrays[v.name].asnumpy() for v in self.pg.variables if v.role in (Role.PARAM, Role.AUX)}
+        return self._gather(values)
+
+    def _gather(self, shards: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        shapes: dict[str, list[int]] = {}
+        for v in self.pg.variables:
+            if v.name in shards:
+                shape = shapes.setdefault(v.tensor, [0] * len(v.box))
+                for d, (_, b) in enumerate(v.box):
+                    shape[d] = max(shape[d], b)
+        out = {t: np.zeros(s, dtype=np.float32) for t, s in shapes.items()}
+        for v in self.pg.variables:
+            if v.name in shards:
+                out[v.tensor][tuple(slice(a, b) for a, b in v.box)] = shards[v.name]
+        return out
+
+    def copies(self) -> tuple[Copy, ...]:
+        return cross_device_copies(self.executor, self.pg)
+
+
+# --------------------------------------------------------------------------------------- copy counting
+
+@dataclass
+class _Block:
+    op: str
+    name: str
+    inputs: list[tuple[str, int]]
+    cdeps: list[str]
+
+
+def _parse_debug_str(text: str) -> list[_Block]:
+    blocks: list[_Block] = []
+    section = None
+    for line in text.splitlines():
+        if line.startswith("Op:"):
+            op, name = line[3:].split(", Name=", 1)
+            blocks.append(_Block(op, name, [], []))
+            section = None
+        elif line.startswith("Inputs:"):
+            section = "inputs"
+        elif line.startswith("Control deps:"):
+            section = "cdeps"
+        elif line.startswith("Attrs:") or line.startswith("Variable:") or line.startswith("---"):
+            section = None
+        elif line.startswith("\targ[") and section == "inputs" and blocks:
+            entry = line.split("=", 1)[1].split(" version=")[0]
+            name, index = entry.rsplit("(", 1)
+            blocks[-1].inputs.append((name, int(index.rstrip(")"))))
+        elif line.startswith("\tcdep[") and section == "cdeps" and blocks:
+            blocks[-1].cdeps.append(line.split("=", 1)[1])
+    return blocks
+
+
+def cross_device_copies(executor, pg: PartitionedGraph) -> tuple[Copy, ...]:
+    """Every ``_CrossDeviceCopy`` of the bound training graph (forward and backward) with its bytes.
+
+    The copies and what they read come from the executor's ``debug_str``; the shape of a forward entry from
+    MXNet's shape inference of the symbol, the shape of a gradient from the forward input it belongs to (output
+    i of ``_backward_X`` is the gradient of X's input i), and of a sum, copy or identity from its first input.
+    """
+    import bisect
+
+    internals = pg.symbol.get_internals()
+    _, out_shapes, _ = internals.infer_shape(**pg.shapes())
+    forward = dict(zip(internals.list_outputs(), out_shapes))
+    variables = pg.shapes()
+    blocks = _parse_debug_str(executor.debug_str())
+    where: dict[str, list[int]] = {}
+    for i, b in enumerate(blocks):
+        where.setdefault(b.name, []).append(i)
+
+    def latest_before(name: str, before: int) -> int | None:
+        at = where.get(name, [])
+        j = bisect.bisect_left(at, before)
+        return at[j - 1] if j else None
+
+    def shape_of(name: str, index: int, before: int) -> tuple[int, ...]:
+        if name in variables:
+            return tuple(variables[name])
+        i = latest_before(name, before)
+        block = blocks[i] if i is not None else None
+        if block is not None and block.op.startswith("_backward_") and block.cdeps:
+            f = latest_before(block.cdeps[0], i)
+            if f is not None and index < len(blocks[f].inputs):
+                return shape_of(*blocks[f].inputs[index], f)
+        if index == 0 and f"{name}_output" in forward:
+            return tuple(forward[f"{name}_output"])
+        if block is not None and block.inputs:
+            return shape_of(*block.inputs[0], i)
+        raise RuntimeError(f"cannot tell the shape of '{name}'({index}) in the executor")
+
+    # a node of the backward pass: a _backward_ op, or one that reads a head gradient or a backward node
+    in_backward: list[bool] = []
+    for i, b in enumerate(blocks):
+        flag = b.op.startswith("_backward_") or any(n.startswith("_head_grad") for n, _ in b.inputs)
+        if not flag:
+            for n, _ in b.inputs:
+                j = latest_before(n, i)
+                if j is not None and in_backward[j]:
+                    flag = True
+                    break
+        in_backward.append(flag)
+    copies = []
+    for i, b in enumerate(blocks):
+        if b.op != "_CrossDeviceCopy":
+            continue
+        shape = shape_of(*b.inputs[0], i)
+        copies.append(Copy(b.name, shape, int(np.prod(shape, dtype=np.int64)) * 4, in_backward[i]))
+    return tuple(copies)
