@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from tofu.analysis.compose import OpChoice
 from tofu.errors import SearchError
 from tofu.graph.ir import Graph
 from tofu.search.coarsen import coarsen
@@ -85,7 +86,8 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                  for shape, d in zip(final, s.tensor_dims)]
     plan_steps = tuple(PlanStep(s.factor, s.groups, float(s.cost),
                                 tuple((t.name, d) for t, d in zip(graph.tensors, s.tensor_dims)),
-                                tuple((n.name, v) for n, v in zip(graph.nodes, s.op_vars))) for s in steps)
+                                tuple((n.name, OpChoice.of(st, s.tensor_dims[n.outputs[0]]))
+                                      for n, st in zip(graph.nodes, s.strategies))) for s in steps)
     memory = per_device_memory(graph, final)
     return Plan(graph.name, workers, algo, plan_steps, float(total_cost(steps)), seconds,
                 tuple(memory.items()), tuple(coarsening.items()))
