@@ -30,6 +30,38 @@ def load_graph(model: str, options: ModelOptions = ModelOptions(),
     return import_symbol(built.symbol, built.shapes(), name=built.name)
 
 
+def load_plan(graph: Graph, workers: int, algo: str = "tofu", path: str | None = None):
+    """A saved plan checked against ``graph`` and ``workers``, or a new one found by ``algo``.
+
+    Raises:
+        PlanError: the saved plan is unreadable or made for another model or worker count.
+    """
+    from tofu.errors import PlanError
+    from tofu.search.algorithms import plan_graph
+    from tofu.search.plan import Plan
+
+    if path is None:
+        return plan_graph(graph, workers, algo)
+    plan = Plan.load(path, graph)
+    if plan.workers != workers:
+        raise PlanError(f"plan '{path}' is for {plan.workers} workers, not {workers}")
+    return plan
+
+
+def partitioned(graph: Graph, plan):
+    """The partitioned forward MXNet symbol of ``graph`` under ``plan`` (stage 4)."""
+    from tofu.rewrite import apply_plan
+
+    return apply_plan(graph, plan)
+
+
+def reference_symbol(graph: Graph, args=None):
+    """The unpartitioned MXNet symbol of ``graph`` (what one device runs), rebuilt from the graph itself."""
+    from tofu.graph.mxnet_export import export_symbol
+
+    return export_symbol(graph)
+
+
 def clear_caches() -> None:
     """Forgets every cached description, analysis, kernel check and cost table (for cold timings)."""
     import importlib

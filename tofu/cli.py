@@ -332,11 +332,73 @@ def cmd_plan(args) -> int:
         if not args.steps:
             for step in doc["steps"]:          # the per-tensor tables are in --out files; keep stdout short
                 step.pop("tensor_dims")
-                step.pop("op_splits")
+                step.pop("ops")
         print(json.dumps(doc))
         return 0
     print(_plan_text(graph, plan))
     return 0
+
+
+def cmd_run(args) -> int:
+    """``tofu run``: partitioned training steps on K contexts, measured; ``--check`` beside one device."""
+    from tofu.api import load_plan, partitioned, reference_symbol
+    from tofu.runtime.data import initial_values, load_checkpoint, save_checkpoint, synthetic_batch
+    from tofu.runtime.run import train
+
+    if args.steps < 0:
+        raise TofuError(f"--steps must be >= 0, got {args.steps}")
+    if args.plan and args.algo:
+        raise TofuError("give --algo or --plan, not both")
+    graph = _graph(args)
+    _check_contexts(args.workers, args.ctx)
+    plan = load_plan(graph, args.workers, args.algo or "tofu", args.plan)
+    pg = partitioned(graph, plan)
+    values = load_checkpoint(args.load, graph) if args.load else initial_values(graph, args.seed)
+    batch = synthetic_batch(graph, args.seed + 1)
+    terminal = not args.json
+
+    def progress(step, loss, seconds, ref):
+        if terminal:
+            extra = f"  one device {ref:.6f}" if ref is not None else ""
+            print(f"step {step}/{args.steps}  loss {loss:.6f}  {seconds * 1e3:8.1f} ms{extra}", flush=True)
+
+    if terminal:
+        factors = "x".join(str(s.factor) for s in plan.steps) or "1"
+        print(f"{graph.name}: {len(graph.nodes)} ops on {args.workers} {args.ctx} contexts, plan {plan.algo} "
+              f"({factors}); partitioned graph: {len(pg.variables)} shard variables", flush=True)
+    report = train(graph, plan, pg, values, batch, args.steps,
+                   reference_symbol(graph, args) if args.check else None, args.ctx, args.lr, args.momentum,
+                   progress)
+    if args.save:
+        save_checkpoint(args.save, graph, report.final_values, plan)
+    if args.json:
+        print(json.dumps(report.to_json()))
+        return 0
+    print(f"cross-device copies per iteration: {report.copies}, {_gb(report.measured_comm_bytes)} "
+          f"(forward {_gb(report.measured_forward_bytes)}, backward {_gb(report.measured_backward_bytes)}); "
+          f"the plan predicted {_gb(report.predicted_comm_bytes)}")
+    mem = report.predicted_per_device_bytes
+    print(f"per-device memory (plan's model): {_gb(mem.get('total', 0))}; median step "
+          f"{report.median_step_seconds * 1e3:.1f} ms, bind {report.bind_seconds:.2f} s")
+    if report.check is not None:
+        c = report.check
+        print(f"check against one device: outputs max |diff| {c.output:.3g}, gradients max rel diff "
+              f"{c.gradient:.3g}, losses max |diff| {c.loss:.3g}, parameters after {args.steps} steps max rel "
+              f"diff {c.parameters:.3g}")
+    if args.save:
+        print(f"saved {args.save} (whole tensors, MXNet .params) and its plan beside it")
+    return 0
+
+
+def _check_contexts(workers: int, ctx: str) -> None:
+    if workers < 1:
+        raise TofuError(f"--workers must be at least 1, got {workers}")
+    if ctx == "gpu":
+        import mxnet as mx
+
+        have = mx.context.num_gpus()
+        if workers > have:
+            raise TofuError(f"{workers} workers need {workers} GPUs; this machine has {have}")
 
 
 def _plan_text(graph, plan) -> str:
@@ -404,6 +466,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--steps", action="store_true", help="with --json: include every tensor's and op's split")
     p.set_defaults(run=cmd_plan)
+
+    p = sub.add_parser("run", help="train a model partitioned over K devices, measured (--check: against one)")
+    _model_args(p)
+    p.add_argument("--workers", type=int, default=4, help="number of devices K (default 4)")
+    p.add_argument("--algo", choices=sorted(ALGORITHMS), help="plan finder (default tofu)")
+    p.add_argument("--plan", metavar="PLAN.json", help="run a saved plan (checked against the model)")
+    p.add_argument("--ctx", choices=("cpu", "gpu"), default="cpu", help="device kind (default cpu)")
+    p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
+    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial values and the batch")
+    p.add_argument("--check", action="store_true", help="run one device beside it and compare")
+    p.add_argument("--save", metavar="CKPT.params", help="save the trained parameters (whole tensors)")
+    p.add_argument("--load", metavar="CKPT.params", help="start from saved parameters")
+    p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.set_defaults(run=cmd_run)
     return parser
 
 

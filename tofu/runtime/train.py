@@ -145,11 +145,11 @@ class Trainer:
         """The whole gradient of every parameter, from its shards."""
         return self._gather({v.name: self.executor.grad_dict[v.name].asnumpy() for v in self.params})
 
-    def parameters(self) -> dict[str, np.ndarray]:
-        """The whole value of every parameter (and auxiliary state), from its shards."""
+    def parameters(self, roles: tuple[Role, ...] = (Role.PARAM,)) -> dict[str, np.ndarray]:
+        """The whole value of every parameter (and with ``roles``, auxiliary state the graph reads), from its
+        shards."""
         arrays = {**self.executor.arg_dict, **self.executor.aux_dict}
-        values = {v.name: arrays[v.name].asnumpy() for v in self.pg.variables if v.role in (Role.PARAM, Role.AUX)}
-        return self._gather(values)
+        return self._gather({v.name: arrays[v.name].asnumpy() for v in self.pg.variables if v.role in roles})
 
     def _gather(self, shards: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         shapes: dict[str, list[int]] = {}

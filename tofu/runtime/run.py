@@ -1,0 +1,129 @@
+"""Partitioned training runs with their measurements: a :class:`RunReport` from a graph, a plan and values.
+
+Input: a Graph, its :class:`~tofu.search.plan.Plan`, the partitioned graph, initial values and a batch.
+Output: the losses of N SGD-momentum steps, the step times, the bytes of every ``_CrossDeviceCopy`` of the
+bound training graph (forward and backward) beside the plan's prediction, and, with ``check``, the largest
+differences from the same steps on one device (outputs and gradients of the first step, losses, and the
+parameters after the last step).
+"""
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tofu.graph.ir import Graph, Role
+from tofu.rewrite.apply_plan import PartitionedGraph
+from tofu.runtime.data import loss
+from tofu.runtime.train import Trainer, whole_graph
+from tofu.search.plan import Plan
+
+
+@dataclass(frozen=True)
+class Check:
+    """Largest differences between the partitioned run and one device."""
+
+    output: float                 # first step's outputs, absolute
+    gradient: float               # first step's parameter gradients, relative to each tensor's largest value
+    loss: float                   # losses of every step, absolute
+    parameters: float             # parameters after the last step, relative to each tensor's largest value
+    reference_losses: tuple[float, ...]
+
+    @property
+    def max_abs_diff(self) -> float:
+        return max(self.output, self.loss)
+
+
+@dataclass(frozen=True)
+class RunReport:
+    model: str
+    workers: int
+    algo: str
+    losses: tuple[float, ...]
+    step_seconds: tuple[float, ...]
+    bind_seconds: float
+    measured_forward_bytes: int
+    measured_backward_bytes: int
+    copies: int
+    predicted_comm_bytes: float
+    predicted_per_device_bytes: dict
+    check: Check | None = None
+    per_device_peak_bytes: tuple[int, ...] | None = None
+    final_values: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def measured_comm_bytes(self) -> int:
+        return self.measured_forward_bytes + self.measured_backward_bytes
+
+    @property
+    def median_step_seconds(self) -> float:
+        return statistics.median(self.step_seconds) if self.step_seconds else float("nan")
+
+    def to_json(self) -> dict:
+        doc = {"model": self.model, "workers": self.workers, "algo": self.algo, "steps": len(self.losses),
+               "losses": list(self.losses), "step_seconds": list(self.step_seconds),
+               "median_step_seconds": self.median_step_seconds, "bind_seconds": self.bind_seconds,
+               "measured_comm_bytes": self.measured_comm_bytes, "measured_forward_bytes": self.measured_forward_bytes,
+               "measured_backward_bytes": self.measured_backward_bytes, "cross_device_copies": self.copies,
+               "predicted_comm_bytes": self.predicted_comm_bytes,
+               "predicted_per_device_bytes": self.predicted_per_device_bytes,
+               "per_device_peak_bytes": list(self.per_device_peak_bytes) if self.per_device_peak_bytes else None}
+        if self.check is not None:
+            c = self.check
+            doc.update({"max_abs_diff": c.max_abs_diff, "output_max_abs_diff": c.output,
+                        "gradient_max_rel_diff": c.gradient, "loss_max_abs_diff": c.loss,
+                        "parameter_max_rel_diff": c.parameters, "reference_losses": list(c.reference_losses)})
+        return doc
+
+
+def _rel(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
+    """max over tensors of max|a - b| / max|b| (each tensor against its own scale)."""
+    worst = 0.0
+    for name, ref in b.items():
+        scale = float(np.abs(ref).max()) or 1.0
+        worst = max(worst, float(np.abs(a[name] - ref).max()) / scale)
+    return worst
+
+
+def train(graph: Graph, plan: Plan, pg: PartitionedGraph, values: Mapping[str, np.ndarray],
+          batch: Mapping[str, np.ndarray], steps: int, reference_symbol=None, ctx: str = "cpu",
+          lr: float = 0.05, momentum: float = 0.9,
+          progress: Callable[[int, float, float, float | None], None] | None = None) -> RunReport:
+    """``steps`` training steps of ``pg`` on ``batch``; with ``reference_symbol`` (the unpartitioned model) the
+    same steps on one device beside it, compared.
+
+    ``progress(step, loss, seconds, reference_loss)`` is called after every step.
+    """
+    values = {**values, **batch}
+    trainer = Trainer(pg, values, ctx, lr, momentum)
+    reference = Trainer(whole_graph(graph, reference_symbol), values, "cpu", lr, momentum) \
+        if reference_symbol is not None else None
+    copies = trainer.copies()
+    out_diff = grad_diff = 0.0
+    if reference is not None:          # the first step's outputs and gradients, before any update
+        got, want = trainer.forward_backward(), reference.forward_backward()
+        out_diff = max(float(np.abs(got[n] - want[n]).max()) for n in want)
+        grad_diff = _rel(trainer.gradients(), reference.gradients())
+    losses, ref_losses = [], []
+    for i in range(steps):
+        outs = trainer.step()
+        losses.append(loss(graph, outs, batch))
+        ref = None
+        if reference is not None:
+            ref = loss(graph, reference.step(), batch)
+            ref_losses.append(ref)
+        if progress:
+            progress(i + 1, losses[-1], trainer.step_seconds[-1], ref)
+    check = None
+    # auxiliary states that a statistics exchange does not read (BatchNorm's moving statistics) keep their values
+    final = {**values, **trainer.parameters((Role.PARAM, Role.AUX))}
+    final = {t.name: final[t.name] for t in graph.tensors if t.producer is None and t.role in (Role.PARAM, Role.AUX)}
+    if reference is not None:
+        check = Check(out_diff, grad_diff, max((abs(a - b) for a, b in zip(losses, ref_losses)), default=0.0),
+                      _rel(final, reference.parameters()) if steps else 0.0, tuple(ref_losses))
+    return RunReport(graph.name, pg.workers, plan.algo, tuple(losses), tuple(trainer.step_seconds),
+                     trainer.bind_seconds, sum(c.nbytes for c in copies if not c.backward),
+                     sum(c.nbytes for c in copies if c.backward), len(copies), plan.comm_bytes,
+                     dict(plan.per_device_bytes), check, None, final)
