@@ -93,7 +93,7 @@ def test_plan_json_round_trip_and_checks(tmp_path):
     path.write_text("{")
     with pytest.raises(PlanError, match="not valid JSON"):
         Plan.load(path)
-    path.write_text(json.dumps({"version": 1, "model": "mlp"}))
+    path.write_text(json.dumps({"version": 2, "model": "mlp"}))
     with pytest.raises(PlanError, match="malformed"):
         Plan.load(path)
 
