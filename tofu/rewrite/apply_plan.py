@@ -32,7 +32,7 @@ from tofu.errors import TofuError
 from tofu.graph.ir import Graph, Node, Role
 from tofu.rewrite.comm import Fabric, Held, RewriteError, box_shape, scope
 from tofu.search.plan import Plan
-from tofu.tdl.describe import describe, typed_attrs
+from tofu.tdl.describe import typed_attrs
 
 
 @dataclass(frozen=True)
