@@ -267,6 +267,8 @@ def _linear(e: IndexExpr, sub: Mapping[Var, IndexExpr]):
             continue
         if isinstance(image, Var):
             image = Affine(((image, 1),), 0)
+        if not isinstance(image, Affine):     # a floor division or modulus (an inlined x[n, c // cg])
+            return None
         for v, cv in image.terms:
             if not isinstance(v, Var):
                 return None

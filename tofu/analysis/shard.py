@@ -94,6 +94,8 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
         if prefer is not None and not crop:     # another worker's rewrite usually fits this one too
             tried = itertools.chain((prefer,), tried)
         for candidate in tried:
+            if candidate != attrs and not _describable(op, candidate, shapes, target):
+                continue                    # MXNet never sees attributes the description itself rejects
             try:
                 got = infer_op_shapes(op, candidate, shapes)
             except TofuError:
@@ -107,6 +109,20 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
             rejected.append(reason)
     why = f": {rejected[0]}" if rejected else ": no attributes give the shard's shapes"
     raise AnalysisError(f"MXNet's kernel cannot run worker {worker}'s shard of {strategy}{why}")
+
+
+def _describable(op: str, candidate: Attrs, input_shapes: Sequence[Shape], output_shapes: Sequence[Shape]) -> bool:
+    """Whether the description instantiates with ``candidate`` at the shard's shapes.
+
+    A candidate that fails here could not be proven anyway (:func:`_verify` describes it too), and it is
+    what crashes MXNet's shape functions: a group count of 0 divides the channels in the description as in
+    MXNet's C++ (SIGFPE), but the description raises instead.
+    """
+    try:
+        describe(op, candidate, input_shapes, output_shapes)
+    except TofuError:
+        return False
+    return True
 
 
 def _verify(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionStrategy, worker: int, call: ShardCall,

@@ -5,11 +5,8 @@ The only module that reads MXNet graphs. Shapes and dtypes come from MXNet's own
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import re
-import warnings
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -19,7 +16,7 @@ import numpy as np
 from tofu.errors import GraphImportError, InputShapeError
 from tofu.graph.attrs import Attrs
 from tofu.graph.ir import Graph, Node, Role, Shape, TensorEntry
-from tofu.graph.single_op import first_line, num_visible_outputs
+from tofu.graph.single_op import first_line, infer_graph_shapes, num_visible_outputs
 
 LAYER_ATTR = "__tofu_layer__"
 STEP_ATTR = "__tofu_step__"
@@ -79,17 +76,10 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
     if unknown:
         raise InputShapeError(f"no input named {', '.join(unknown)}; the graph's inputs are: "
                               f"{', '.join(a for a in args if not _looks_like_param(a)) or ', '.join(args)}")
-    internals = symbol.get_internals()
-    out_names = internals.list_outputs()
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
-            warnings.simplefilter("ignore")   # MXNet prints and warns about partial inference; we raise below
-            _, out_shapes, _ = internals.infer_shape(**shapes)
-            _, out_types, _ = internals.infer_type(**{k: dtype for k in shapes})
-    except mx.base.MXNetError as e:
-        raise InputShapeError(f"MXNet cannot infer shapes from {_fmt_shapes(shapes)}: {first_line(e)}") from None
-    if out_shapes is None or any(s is None or 0 in s for s in out_shapes):
-        missing = [n for n, s in zip(out_names, out_shapes or [None] * len(out_names)) if not s or 0 in s]
+    found = infer_graph_shapes(symbol, shapes, dtype)      # in a child process: MXNet may crash on bad attributes
+    out_names, out_shapes, out_types = found.names, found.shapes, found.dtypes
+    if any(s is None or 0 in s for s in out_shapes):
+        missing = [n for n, s in zip(out_names, out_shapes) if not s or 0 in s]
         raise InputShapeError(f"shapes given ({_fmt_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}")
 
     doc = json.loads(symbol.tojson())
