@@ -6,8 +6,9 @@ The only module that reads MXNet graphs. Shapes and dtypes come from MXNet's own
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import mxnet as mx
@@ -24,21 +25,77 @@ _RNN_NAME = re.compile(r"^(?P<layer>.+?)_?t(?P<step>\d+)_")  # mx.rnn cells: 'ls
 
 
 def load_symbol_file(path: str | Path) -> mx.sym.Symbol:
-    """Reads a symbol JSON file (as written by ``Symbol.save``), with a one-line error if it is not one."""
+    """Reads a symbol JSON file (as written by ``Symbol.save``), with a one-line error if it is not one.
+
+    The document is checked before MXNet parses it: MXNet follows node and output indices without bounds
+    checks, so a dangling one reads past its arrays (garbage errors or a segfault).
+
+    Raises:
+        GraphImportError: unreadable, not UTF-8, not JSON, not a well-formed symbol, or rejected by MXNet.
+    """
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
         doc = json.loads(text)
     except OSError as e:
-        raise GraphImportError(f"cannot read symbol file '{path}': {e.strerror}") from None
+        raise GraphImportError(f"cannot read symbol file '{path}': {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise GraphImportError(f"'{path}' is not UTF-8 text (byte {e.start}): not a symbol JSON file") from None
     except json.JSONDecodeError as e:
         raise GraphImportError(f"'{path}' is not valid JSON: {e.msg} at line {e.lineno}") from None
+    except RecursionError:
+        raise GraphImportError(f"'{path}' is not a symbol JSON file: nested too deeply") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list) or "heads" not in doc:
         raise GraphImportError(f"'{path}' is not an MXNet symbol file (no 'nodes' and 'heads')")
+    _check_document(doc, str(path))
     try:
         return mx.sym.load_json(text)
     except mx.base.MXNetError as e:
         raise GraphImportError(f"MXNet cannot load '{path}': {first_line(e)}") from None
+
+
+def _check_document(doc: dict, path: str) -> None:
+    """Every node well-formed, every input and head naming an earlier node and an output that node shows."""
+    outputs: list[int] = []       # visible outputs of each node so far
+    names: list[str] = []
+    for j, jn in enumerate(doc["nodes"]):
+        if not (isinstance(jn, dict) and isinstance(jn.get("op"), str) and isinstance(jn.get("name"), str)
+                and isinstance(jn.get("inputs", []), list)):
+            name = f" ('{jn['name']}')" if isinstance(jn, dict) and isinstance(jn.get("name"), str) else ""
+            raise GraphImportError(f"'{path}': node {j}{name} is not an object with a string 'op' and 'name' "
+                                   "and a list of 'inputs'")
+        raw = jn.get("attrs", jn.get("attr", {})) or {}
+        if not (isinstance(raw, dict) and all(isinstance(v, str) for v in raw.values())):
+            raise GraphImportError(f"'{path}': node '{jn['name']}' has attributes that are not strings")
+        for entry in jn.get("inputs", []):
+            _check_entry(entry, j, outputs, names, f"node '{jn['name']}'", path)
+        if jn["op"] == "null":
+            outputs.append(1)
+        else:
+            try:
+                outputs.append(num_visible_outputs(jn["op"], raw, len(jn.get("inputs", []))))
+            except GraphImportError as e:
+                raise GraphImportError(f"MXNet cannot load '{path}': node '{jn['name']}': {e}") from None
+        names.append(jn["name"])
+    heads = doc["heads"]
+    if not isinstance(heads, list) or not heads:
+        raise GraphImportError(f"'{path}': 'heads' names no output")
+    for entry in heads:
+        _check_entry(entry, len(outputs), outputs, names, "a head", path)
+
+
+def _check_entry(entry, before: int, outputs: Sequence[int], names: Sequence[str], who: str, path: str) -> None:
+    """``entry`` = [node, output(, version)] names output ``output`` of a node with index below ``before``."""
+    if not (isinstance(entry, list) and len(entry) in (2, 3)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in entry)):
+        raise GraphImportError(f"'{path}': {who} has an input {entry!r} that is not [node, output, version]")
+    node, index = entry[0], entry[1]
+    if not 0 <= node < before:
+        raise GraphImportError(f"'{path}': {who} reads node {node}, which is not an earlier node "
+                               "(the graph has a cycle or is not in topological order)")
+    if not 0 <= index < outputs[node]:
+        raise GraphImportError(f"'{path}': {who} reads output {index} of node '{names[node]}', which has "
+                               f"{outputs[node]} visible output{'s' if outputs[node] != 1 else ''}")
 
 
 def parse_shape(text: str) -> tuple[str, Shape]:
@@ -50,7 +107,18 @@ def parse_shape(text: str) -> tuple[str, Shape]:
         shape = ()
     if not sep or not name or not shape or min(shape) <= 0:
         raise InputShapeError(f"bad shape '{text}': expected NAME=D1,D2,... with positive integers")
+    _check_extents(name, shape)
     return name, shape
+
+
+MAX_EXTENT = 2**31 - 1
+"""MXNet 1.9.1 (built without USE_INT64_TENSOR_SIZE) indexes tensors with 32-bit integers."""
+
+
+def _check_extents(name: str, shape: Shape) -> None:
+    if max(shape) > MAX_EXTENT:
+        raise InputShapeError(f"shape of '{name}' ({','.join(map(str, shape))}) has an extent over 2^31-1, "
+                              "more than MXNet 1.9.1 can index")
 
 
 def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str = "model",
@@ -76,11 +144,16 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
     if unknown:
         raise InputShapeError(f"no input named {', '.join(unknown)}; the graph's inputs are: "
                               f"{', '.join(a for a in args if not _looks_like_param(a)) or ', '.join(args)}")
+    for k, shape in shapes.items():
+        _check_extents(k, tuple(shape))
     found = infer_graph_shapes(symbol, shapes, dtype)      # in a child process: MXNet may crash on bad attributes
     out_names, out_shapes, out_types = found.names, found.shapes, found.dtypes
     if any(s is None or 0 in s for s in out_shapes):
         missing = [n for n, s in zip(out_names, out_shapes) if not s or 0 in s]
-        raise InputShapeError(f"shapes given ({_fmt_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}")
+        hint = ""
+        if any(math.prod(v) > MAX_EXTENT for v in shapes.values()):   # a flattened extent wraps to 0
+            hint = " (an input has over 2^31-1 elements: MXNet 1.9.1 cannot index a flattened extent that large)"
+        raise InputShapeError(f"shapes given ({_fmt_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}{hint}")
 
     doc = json.loads(symbol.tojson())
     entries: dict[tuple[int, int], int] = {}     # (json node index, output index) -> tensor id
