@@ -84,7 +84,9 @@ class Fabric:
         whole = box == src.box
         if whole and src.device == dst:
             return src.symbol
-        with scope(src.device):
+        # the destination is an attribute too, so that MXNet's common-expression elimination cannot merge
+        # two routes of one piece to different devices into one node feeding both (its gradient would be lost)
+        with scope(src.device), mx.AttrScope(__tofu_to__=f"dev{dst}"):
             if whole:       # routed through the holder's device, one route per destination
                 sym = mx.sym.identity(src.symbol, name=self.name(f"{tensor}@dev{src.device}>dev{dst}"))
             else:
@@ -183,7 +185,7 @@ class Fabric:
                     if j == i:
                         pieces.append(p)
                         continue
-                    with scope(src):
+                    with scope(src), mx.AttrScope(__tofu_to__=f"dev{dst}"):
                         pieces.append(mx.sym.identity(p, name=self.name(f"stat@dev{src}>dev{dst}")))
                 if reducer == "sum":
                     out.append(mx.sym.add_n(*pieces, name=self.name(f"stat@dev{dst}_sum")))
