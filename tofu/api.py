@@ -12,9 +12,16 @@ from tofu.graph import Graph, Shape, import_symbol, load_symbol_file
 from tofu.models import ModelOptions, build_model
 
 
+LOSS_OPS = ("SoftmaxOutput", "MakeLoss", "make_loss", "LinearRegressionOutput", "LogisticRegressionOutput",
+            "MAERegressionOutput", "SVMOutput")
+
+
 def load_graph(model: str, options: ModelOptions = ModelOptions(),
-               shapes: Mapping[str, Shape] | None = None) -> Graph:
+               shapes: Mapping[str, Shape] | None = None, with_loss: bool = False) -> Graph:
     """A zoo model by name, or a symbol JSON file (``*.json``) with the shapes of its inputs, as a Graph.
+
+    With ``with_loss``, a symbol file whose output is not a loss (a network exported from Gluon ends in its
+    logits) gets a ``SoftmaxOutput`` over its output, reading a label ``softmax_label`` of one class per row.
 
     Raises:
         UnknownModelError: ``model`` is neither a zoo name nor a JSON file.
@@ -23,11 +30,35 @@ def load_graph(model: str, options: ModelOptions = ModelOptions(),
     if model.endswith(".json") or Path(model).is_file():
         if not shapes:
             raise InputShapeError(f"'{model}' is a symbol file: give its input shapes with --shape NAME=D1,D2,...")
-        return import_symbol(load_symbol_file(model), shapes, name=Path(model).stem)
+        symbol = load_symbol_file(model)
+        if with_loss:
+            symbol, shapes = _with_loss(symbol, shapes)
+        return import_symbol(symbol, shapes, name=Path(model).stem)
     if shapes:
         raise InputShapeError(f"--shape applies to symbol files; zoo model '{model}' takes --batch/--seq-len")
     built = build_model(model, options)
     return import_symbol(built.symbol, built.shapes(), name=built.name)
+
+
+def _with_loss(symbol, shapes: Mapping[str, Shape]):
+    import json
+
+    import mxnet as mx
+
+    doc = json.loads(symbol.tojson())
+    ops = {doc["nodes"][h[0]]["op"] for h in doc["heads"]}
+    if ops & set(LOSS_OPS) or len(doc["heads"]) != 1:
+        return symbol, shapes
+    try:
+        _, out, _ = symbol.infer_shape(**shapes)
+    except mx.base.MXNetError:
+        return symbol, shapes        # the import reports the shape error
+    if not out or out[0] is None or len(out[0]) != 2:
+        raise InputShapeError(f"the model's output has shape {out[0] if out else None}: give it a loss to train "
+                              f"(a softmax loss is added only to (batch, classes) outputs)")
+    label = "softmax_label"
+    return (mx.sym.SoftmaxOutput(symbol, mx.sym.var(label), name="softmax"),
+            {**shapes, label: (out[0][0],)})
 
 
 def load_plan(graph: Graph, workers: int, algo: str = "tofu", path: str | None = None):

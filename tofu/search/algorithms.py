@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 
 from tofu.analysis.compose import OpChoice
-from tofu.errors import SearchError
+from tofu.errors import SearchError, TofuError
 from tofu.graph.ir import Graph
 from tofu.search.coarsen import coarsen
 from tofu.search.dp import solve_dp
@@ -59,8 +59,12 @@ ALGORITHMS: dict[str, tuple[Callable, str]] = {
 def plan_graph(graph: Graph, workers: int, algo: str = "tofu") -> Plan:
     """Partitions ``graph`` over ``workers`` devices with algorithm ``algo``.
 
+    An order of cuts that cannot split some tensor (8 rows in one 8-way cut) leaves the others: the search
+    fails only when every order does.
+
     Raises:
-        SearchError: unknown algorithm, impossible worker count, or an op that cannot be split.
+        SearchError: unknown algorithm, impossible worker count, or an op that cannot be split (the first
+            order's reason when every order fails).
     """
     if algo not in ALGORITHMS:
         raise SearchError(f"unknown algorithm '{algo}'; choose one of {', '.join(ALGORITHMS)}")
@@ -71,7 +75,15 @@ def plan_graph(graph: Graph, workers: int, algo: str = "tofu") -> Plan:
     steps: tuple[CutStep, ...] = ()
     if workers > 1:
         orders = {"recursive": [factors], "flat": [(workers,)], "best": list(dict.fromkeys([factors, (workers,)]))}
-        candidates = [search(graph, order, solver, coarse) for order in orders[cuts]]
+        candidates, failures = [], []
+        for order in orders[cuts]:
+            try:
+                candidates.append(search(graph, order, solver, coarse))
+            except TofuError as e:
+                log.info("%s: cuts %s fail: %s", algo, order, e)
+                failures.append(e)
+        if not candidates:
+            raise failures[0]
         steps = min(candidates, key=total_cost)       # ties: the first (the recursion)
     seconds = time.perf_counter() - start
     log.info("%s: %d workers in %.2f s", algo, workers, seconds)
@@ -90,4 +102,4 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                                       for n, st in zip(graph.nodes, s.strategies))) for s in steps)
     memory = per_device_memory(graph, final)
     return Plan(graph.name, workers, algo, plan_steps, float(total_cost(steps)), seconds,
-                tuple(memory.items()), tuple(coarsening.items()))
+                tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))

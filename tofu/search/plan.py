@@ -46,11 +46,13 @@ class Plan:
     search_seconds: float
     per_device_bytes: tuple[tuple[str, int], ...]  # memory category -> bytes on one device
     coarsening: tuple[tuple[str, int], ...]
+    shapes: tuple[tuple[str, tuple[int, ...]], ...] = ()   # tensor name -> shape the plan was made for
 
     def to_json(self) -> dict:
         return {"version": PLAN_VERSION, "model": self.model, "workers": self.workers, "algo": self.algo,
                 "comm_bytes": self.comm_bytes, "search_seconds": self.search_seconds,
                 "per_device_bytes": dict(self.per_device_bytes), "coarsening": dict(self.coarsening),
+                "shapes": {n: list(shape) for n, shape in self.shapes},
                 "steps": [{"factor": s.factor, "groups": s.groups, "cost_bytes": s.cost_bytes,
                            "tensor_dims": dict(s.tensor_dims),
                            "ops": {n: c.to_json() for n, c in s.op_choices}}
@@ -71,7 +73,8 @@ class Plan:
             plan = Plan(str(doc["model"]), int(doc["workers"]), str(doc["algo"]), steps,
                         float(doc["comm_bytes"]), float(doc["search_seconds"]),
                         tuple((k, int(v)) for k, v in doc["per_device_bytes"].items()),
-                        tuple((k, int(v)) for k, v in doc.get("coarsening", {}).items()))
+                        tuple((k, int(v)) for k, v in doc.get("coarsening", {}).items()),
+                        tuple((k, tuple(int(d) for d in v)) for k, v in doc["shapes"].items()))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise PlanError(f"malformed plan: {type(e).__name__}: {e}") from None
         if math.prod(s.factor for s in plan.steps) != plan.workers:
@@ -100,14 +103,34 @@ class Plan:
         return plan
 
     def check(self, graph: Graph) -> None:
+        """That the plan was made for ``graph``: its model, tensors, ops and shapes, and that every split
+        dimension exists and divides at its step.
+
+        Raises:
+            PlanError: naming the first mismatch.
+        """
         if self.model != graph.name:
             raise PlanError(f"the plan is for model '{self.model}', not '{graph.name}'")
         names = {t.name for t in graph.tensors}
         ops = {n.name for n in graph.nodes}
         for s in self.steps:
-            if set(dict(s.tensor_dims)) != names or set(dict(s.op_splits)) != ops:
+            if set(dict(s.tensor_dims)) != names or set(dict(s.op_choices)) != ops:
                 raise PlanError(f"the plan's tensors and ops do not match model '{graph.name}' "
                                 f"(was it made with other options, e.g. batch size?)")
+        planned = dict(self.shapes)
+        for t in graph.tensors:
+            if planned.get(t.name) != t.shape:
+                raise PlanError(f"the plan was made for tensor '{t.name}' of shape {planned.get(t.name)}, the model's "
+                                f"is {t.shape} (other options, e.g. batch size?)")
+            shape = list(t.shape)
+            for j, s in enumerate(self.steps, 1):
+                d = dict(s.tensor_dims)[t.name]
+                if d is None:
+                    continue
+                if not 0 <= d < len(shape) or shape[d] % s.factor:
+                    raise PlanError(f"step {j} splits tensor '{t.name}' of shape {tuple(shape)} along dimension {d} "
+                                    f"{s.factor} ways: impossible")
+                shape[d] //= s.factor
 
 
 def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],

@@ -1,0 +1,86 @@
+"""``tofu run`` in-process: its JSON document against the plan and a one-device run, its checkpoints, and
+one-line errors with status 2 (and nothing written) for plans, checkpoints and contexts that do not fit."""
+import json
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from tests.test_cli import assert_one_line_error, run
+
+
+def test_run_json_matches_the_plan_and_one_device(capsys, tmp_path):
+    rc, out, err = run(capsys, "plan", "mlp", "--workers", "4", "--json")
+    assert rc == 0
+    predicted = json.loads(out)["comm_bytes"]
+    rc, out, err = run(capsys, "run", "mlp", "--workers", "4", "--steps", "3", "--check", "--json",
+                       "--save", str(tmp_path / "m.params"))
+    assert rc == 0, err
+    assert err == ""
+    doc = json.loads(out)
+    assert doc["predicted_comm_bytes"] == predicted
+    assert doc["measured_comm_bytes"] == doc["measured_forward_bytes"] + doc["measured_backward_bytes"] > 0
+    assert doc["max_abs_diff"] < 1e-4
+    assert np.allclose(doc["losses"], doc["reference_losses"], atol=1e-5)
+    assert len(doc["losses"]) == 3 and doc["losses"][-1] < doc["losses"][0]
+    saved = mx.nd.load(str(tmp_path / "m.params"))
+    assert sorted(saved) == ["arg:fc1_bias", "arg:fc1_weight", "arg:fc2_bias", "arg:fc2_weight", "arg:fc3_bias",
+                             "arg:fc3_weight"]
+    assert saved["arg:fc1_weight"].shape == (64, 32)
+    assert json.loads((tmp_path / "m.plan.json").read_text())["workers"] == 4
+
+
+def test_run_terminal_progress(capsys):
+    rc, out, err = run(capsys, "run", "rnn-tiny", "--workers", "2", "--steps", "2", "--check")
+    assert rc == 0, err
+    assert err == ""          # MXNet's own log lines never reach the user
+    lines = out.splitlines()
+    assert lines[1].startswith("step 1/2  loss ") and lines[2].startswith("step 2/2  loss ")
+    assert "cross-device copies per iteration" in out and "check against one device" in out
+
+
+@pytest.fixture()
+def saved(tmp_path, capsys):
+    path = tmp_path / "ck.params"
+    rc, _, err = run(capsys, "run", "mlp", "--workers", "2", "--steps", "1", "--save", str(path))
+    assert rc == 0, err
+    return path
+
+
+def _rewrite(path, drop=None, reshape=None):
+    arrays = mx.nd.load(str(path))
+    if drop:
+        del arrays[f"arg:{drop}"]
+    if reshape:
+        arrays[f"arg:{reshape}"] = mx.nd.zeros((3, 3))
+    mx.nd.save(str(path), arrays)
+
+
+@pytest.mark.parametrize("case,message", [("missing", "has no 'fc2_bias'"), ("shape", "'fc1_weight' has shape (3, 3)")])
+def test_bad_checkpoints_fail_in_one_line(capsys, saved, tmp_path, case, message):
+    _rewrite(saved, drop="fc2_bias" if case == "missing" else None, reshape="fc1_weight" if case == "shape" else None)
+    out_path = tmp_path / "after.params"
+    rc, out, err = run(capsys, "run", "mlp", "--workers", "2", "--load", str(saved), "--save", str(out_path))
+    assert_one_line_error(rc, out, err, message)
+    assert not out_path.exists()
+
+
+def test_bad_plans_and_contexts_fail_in_one_line(capsys, tmp_path):
+    plan = tmp_path / "p.json"
+    assert run(capsys, "plan", "mlp", "--workers", "4", "--out", str(plan))[0] == 0
+    out_path = tmp_path / "after.params"
+    cases = [
+        (("--workers", "2", "--plan", str(plan)), "is for 4 workers, not 2"),
+        (("--workers", "4", "--plan", str(plan), "--batch", "32"), "plan"),
+        (("--workers", "4", "--plan", str(plan), "--algo", "tofu"), "not both"),
+        (("--workers", "2", "--ctx", "gpu"), "GPUs"),
+        (("--workers", "2", "--steps", "-1"), "--steps"),
+        (("--workers", "0",), "--workers"),
+        (("--workers", "2", "--load", str(tmp_path / "none.params")), "does not exist"),
+    ]
+    for extra, message in cases:
+        rc, out, err = run(capsys, "run", "mlp", *extra, "--save", str(out_path))
+        assert_one_line_error(rc, out, err, message)
+        assert not out_path.exists()
+    rc, out, err = run(capsys, "run", "rnn-tiny", "--workers", "4", "--plan", str(plan))
+    assert_one_line_error(rc, out, err, "is for model 'mlp'")
