@@ -14,5 +14,8 @@ _os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 # native CPU kernels. Read once, at the first operator MXNet runs. Their fallback notices are silenced.
 _os.environ.setdefault("MXNET_MKLDNN_ENABLED", "0")
 _os.environ.setdefault("MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "0")
+# Past 8 gradients of one entry MXNet sums them in place, and across devices that sum comes out wrong (an
+# activation read by its own device and sliced for 8 others at k = 8 lost most of its gradient): sum out of place.
+_os.environ.setdefault("MXNET_EXEC_INPLACE_GRAD_SUM_CAP", "1000000")
 
 __version__ = "0.1.0"

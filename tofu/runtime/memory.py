@@ -1,0 +1,109 @@
+"""Measured per-device memory of a partitioned training step: MXNet's profiler, in a fresh process.
+
+Input: a :class:`~tofu.rewrite.PartitionedGraph`. Output: each device's peak bytes in use over one training
+step (bind, momentum buffers, forward, backward, update), from the profiler's ``Device Storage`` counters.
+MXNet's profiler supports at most 4 CPU contexts (MXNET.md): with more, no measurement is made. It labels
+cpu(2) ``cpu pinned`` and cpu(3) ``cpu shared``; the counters are matched to devices by their index.
+
+The profiler is process-global, so the step runs in a child process (``python -m tofu.runtime.memory``, the
+request as JSON on stdin, the peaks as JSON on stdout), like :mod:`tofu.graph.memory_profile`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from tofu.errors import TofuError
+from tofu.graph.ir import Role
+
+MAX_PROFILED_DEVICES = 4
+_COUNTER = re.compile(r"^Memory: cpu/(\d+)$")
+_LABELLED = {"Memory: cpu pinned/": 2, "Memory: cpu shared/": 3}   # how MXNet 1.9.1 names cpu(2) and cpu(3)
+
+
+class DeviceMemoryError(TofuError):
+    """The measuring process failed, or its trace holds no memory counter of some device."""
+
+
+def measure_device_peaks(pg, timeout: float = 300.0) -> tuple[int, ...] | None:
+    """Peak bytes on each of ``pg``'s devices over one training step, or None beyond the profiler's 4 devices.
+
+    Raises:
+        DeviceMemoryError: the measuring process failed.
+    """
+    if pg.workers > MAX_PROFILED_DEVICES:
+        return None
+    aux = set(pg.symbol.list_auxiliary_states())
+    request = {"symbol": pg.symbol.tojson(), "workers": pg.workers,
+               "shapes": {v.name: list(v.shape) for v in pg.variables},
+               "params": [v.name for v in pg.variables if v.role is Role.PARAM and v.name not in aux],
+               "devices": {v.name: v.device for v in pg.variables}}
+    env = dict(os.environ, MXNET_STORAGE_FALLBACK_LOG_VERBOSE="0")
+    package_root = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+    try:
+        done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request), env=env,
+                              capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise DeviceMemoryError(f"memory measurement took longer than {timeout:g} s") from None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DeviceMemoryError(f"memory measurement failed (exit {done.returncode}): {tail}")
+    return tuple(json.loads(lines[-1])["peak_bytes"])
+
+
+def peaks_from_trace(trace: dict, workers: int) -> list[int]:
+    peaks = [None] * workers
+    for e in trace.get("traceEvents", ()):
+        if e.get("cat") != "Device Storage":
+            continue
+        name = e.get("name", "")
+        m = _COUNTER.match(name)
+        d = int(m[1]) if m else _LABELLED.get(name)
+        if d is not None and d < workers:
+            value = e["args"][e["name"]]
+            peaks[d] = value if peaks[d] is None else max(peaks[d], value)
+    missing = [d for d, p in enumerate(peaks) if p is None]
+    if missing:
+        raise DeviceMemoryError(f"the profiler recorded no memory of device(s) {missing}")
+    return peaks
+
+
+def _worker() -> None:
+    import mxnet as mx
+
+    request = json.loads(sys.stdin.read())
+    symbol = mx.sym.load_json(request["symbol"])
+    k = request["workers"]
+    shapes = {n: tuple(s) for n, s in request["shapes"].items()}
+    params = set(request["params"])
+    aux = set(symbol.list_auxiliary_states())
+    grad_req = {n: "write" if n in params else "null" for n in shapes if n not in aux}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "profile.json"
+        mx.profiler.set_config(profile_memory=True, profile_symbolic=True, aggregate_stats=True, filename=str(path))
+        mx.profiler.set_state("run")
+        ctxs = [mx.cpu(i) for i in range(k)]
+        exe = symbol.simple_bind(ctxs[0], group2ctx={f"dev{i}": c for i, c in enumerate(ctxs)}, grad_req=grad_req,
+                                 **shapes)
+        moms = {n: mx.nd.zeros(exe.arg_dict[n].shape, ctx=exe.arg_dict[n].context) for n in params}
+        exe.forward(is_train=True)
+        exe.backward()
+        for n in params:
+            mx.nd.sgd_mom_update(exe.arg_dict[n], exe.grad_dict[n], moms[n], lr=0.01, momentum=0.9,
+                                 out=exe.arg_dict[n])
+        mx.nd.waitall()
+        mx.profiler.set_state("stop")
+        mx.profiler.dump()
+        peaks = peaks_from_trace(json.loads(path.read_text()), k)
+    print(json.dumps({"peak_bytes": peaks}))
+
+
+if __name__ == "__main__":
+    _worker()
