@@ -9,11 +9,8 @@ from pathlib import Path
 
 from tofu.errors import InputShapeError
 from tofu.graph import Graph, Shape, import_symbol, load_symbol_file
+from tofu.graph.ir import LOSS_OPS
 from tofu.models import ModelOptions, build_model
-
-
-LOSS_OPS = ("SoftmaxOutput", "MakeLoss", "make_loss", "LinearRegressionOutput", "LogisticRegressionOutput",
-            "MAERegressionOutput", "SVMOutput")
 
 
 def load_graph(model: str, options: ModelOptions = ModelOptions(),
@@ -47,7 +44,7 @@ def _with_loss(symbol, shapes: Mapping[str, Shape]):
 
     doc = json.loads(symbol.tojson())
     ops = {doc["nodes"][h[0]]["op"] for h in doc["heads"]}
-    if ops & set(LOSS_OPS) or len(doc["heads"]) != 1:
+    if ops & LOSS_OPS or len(doc["heads"]) != 1:
         return symbol, shapes
     try:
         _, out, _ = symbol.infer_shape(**shapes)

@@ -3,10 +3,10 @@ outputs and every parameter gradient, then the losses of ten SGD-momentum steps 
 the cross-device bytes are counted from the bound executor; checkpoints load across partitionings.
 
 The full matrix (every algorithm, k = 2, 3, 4, 6, 8) is marked slow and runs in CI; ``make test`` runs a
-cross-section. The first step must agree to 1e-4 (relative to the largest gradient); ten steps later the
-runs may drift apart by float32 reassociation, which training amplifies (the learning rate is kept small), so
-losses and parameters must agree to 1e-3. A ReLU or max-pooling input within rounding of its kink takes either
-branch, and its gradient then differs by design; the fixed seeds here avoid such inputs (docs/runtime.md).
+cross-section. Everything must agree to 1e-4 (gradients and parameters relative to their largest value), but for
+the ten-step trajectories of models with ReLU and max-pooling kinks (see KINKED). A ReLU or max-pooling input
+within float32 rounding of its kink takes either branch, and its gradient then differs by design; the first
+step's inputs here have none (docs/runtime.md).
 """
 import mxnet as mx
 import numpy as np
@@ -23,25 +23,33 @@ from tofu.search.algorithms import ALGORITHMS, plan_graph
 
 ALGOS = sorted(a for a in ALGORITHMS if a != "ilp")
 BATCH = {"mlp": 24, "wresnet-tiny": 8, "rnn-tiny": 8}
-TOL = 1e-4          # the first step: outputs and gradients
-STEP_TOL = 1e-3     # ten steps later: float32 reassociation (partial sums, BatchNorm's exchanged statistics)
-                    # grows with the steps; it stays below this on every case here (see docs/runtime.md)
+TOL = 1e-4          # outputs and gradients of the first step, losses and parameters ten steps later
+LR = 2e-4           # small: ten steps check each device's update of its own shards (momentum included), not how
+                    # far training amplifies float32 reassociation over a long trajectory (docs/runtime.md)
 
 
 def _run(model, k, algo, steps=10, batch=None):
     graph = load_graph(model, ModelOptions(batch=batch or BATCH[model]))
     plan = plan_graph(graph, k, algo)
     report = train(graph, plan, partitioned(graph, plan), initial_values(graph), synthetic_batch(graph), steps,
-                   reference_symbol(graph), lr=0.001)
+                   reference_symbol(graph), lr=LR)
     return graph, plan, report
+
+
+# ReLU and max pooling: over ten steps, float32 rounding may carry one activation across a kink in one run and
+# not the other; the trajectories then part by up to ~1e-3 (measured: wresnet-tiny at k = 6 agrees to 1e-7 for
+# two steps, then jumps to 6e-5 at the third). Models with such kinks get this looser bound after ten steps;
+# wrong partitioning shows up as errors of order one (the bugs these tests found were 0.2 to 0.9).
+KINKED = {"wresnet-tiny": 1e-2}
 
 
 def _assert_equal_to_one_device(report):
     c = report.check
+    steps_tol = KINKED.get(report.model, TOL)
     assert c.output <= TOL, f"outputs differ by {c.output}"
     assert c.gradient <= TOL, f"gradients differ by {c.gradient} (relative)"
-    assert c.loss <= STEP_TOL, f"losses differ by {c.loss}: {report.losses} vs {c.reference_losses}"
-    assert c.parameters <= STEP_TOL, f"parameters differ by {c.parameters} (relative)"
+    assert c.loss <= steps_tol, f"losses differ by {c.loss}: {report.losses} vs {c.reference_losses}"
+    assert c.parameters <= steps_tol, f"parameters differ by {c.parameters} (relative)"
     assert report.losses[-1] < report.losses[0], "training did not lower the loss"
 
 
@@ -61,7 +69,7 @@ def test_partitioned_training_equals_one_device(model, k, algo):
 @pytest.mark.parametrize("k", [2, 3, 4, 6, 8])
 @pytest.mark.parametrize("model", ["mlp", "wresnet-tiny", "rnn-tiny"])
 def test_every_algorithm_and_worker_count(model, k, algo):
-    batch = 24 if k in (3, 6) else None
+    batch = 12 if k in (3, 6) else None
     _, _, report = _run(model, k, algo, batch=batch)
     _assert_equal_to_one_device(report)
 

@@ -17,6 +17,11 @@ from tofu.graph.attrs import Attrs
 Shape = tuple[int, ...]
 
 
+LOSS_OPS = frozenset({"SoftmaxOutput", "MakeLoss", "make_loss", "LinearRegressionOutput", "LogisticRegressionOutput",
+                      "MAERegressionOutput", "SVMOutput"})
+"""Operators whose backward injects the loss gradient (it ignores the gradient arriving at their output)."""
+
+
 class Role(enum.Enum):
     DATA = "data"            # a model input fed by the user (images, token ids)
     LABEL = "label"          # a training target

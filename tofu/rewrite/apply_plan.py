@@ -29,8 +29,8 @@ from tofu import registry
 from tofu.analysis.compose import Box, InputPiece, compose, coordinates, held_box
 from tofu.analysis.views import NodeView
 from tofu.errors import TofuError
-from tofu.graph.ir import Graph, Node, Role
-from tofu.rewrite.comm import Fabric, Held, RewriteError, box_shape, scope
+from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
+from tofu.rewrite.comm import Fabric, Held, RewriteError, box_shape, intersect, scope
 from tofu.search.plan import Plan
 from tofu.tdl.describe import typed_attrs
 
@@ -203,6 +203,8 @@ class _Rewriter:
                 raise RewriteError(f"node '{node.name}': output {o} is read but MXNet hides it")
             produced = [Held(c.worker, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial),
                              r[o]) for c, r in zip(calls, results)]
+            if node.op in LOSS_OPS:
+                produced = _one_replica(node, produced)
             reducer = calls[0].outputs[o].reducer or "sum"
             name = self.graph.tensors[t].name
             self.held[t] = [Held(w, self.box(t, w), (), self.fabric.gather(name, produced, self.box(t, w), w,
@@ -233,6 +235,21 @@ class _Rewriter:
             for c, out in zip(members, outs):
                 results[c.worker] = list(out)
         return [results[c.worker] for c in calls]
+
+
+def _one_replica(node: Node, produced: list[Held]) -> list[Held]:
+    """One copy of each piece of a loss op's output: every copy that is read injects the whole loss gradient
+    of what it computed, so devices that compute the same piece (a loss computed whole) read the first's."""
+    first: dict[tuple, Held] = {}
+    for h in produced:
+        first.setdefault((h.box, h.key), h)
+    kept = list(first.values())
+    for i, a in enumerate(kept):
+        for b in kept[i + 1:]:
+            if a.key == b.key and intersect(a.box, b.box) is not None:
+                raise RewriteError(f"node '{node.name}' ({node.op}): devices {a.device} and {b.device} compute "
+                                   f"overlapping parts of a loss; its gradient would be counted twice")
+    return kept
 
 
 def _op_function(op: str):
