@@ -59,10 +59,23 @@ def kernel_call(op, attrs, desc, s: PartitionStrategy, worker: int) -> ShardCall
     if key not in _CALLS:
         first = _CALLS.get(key[:-1] + (0,)) if worker else None
         try:
-            _CALLS[key] = shard_call(op, attrs, s, worker, desc, prefer=first.attrs if first else None)
+            call = shard_call(op, attrs, s, worker, desc, prefer=first.attrs if first else None)
         except AnalysisError:
-            _CALLS[key] = None
+            call = None
+        if call is not None and _unread_beside_cut(s, worker, call):
+            call = None
+        _CALLS[key] = call
     return _CALLS[key]
+
+
+def _unread_beside_cut(s: PartitionStrategy, worker: int, call: ShardCall) -> bool:
+    """Whether the call passes an input the description never reads (BatchNorm's gamma under fix_gamma) whole
+    while it cuts another: MXNet's shape inference does not check such an input, but its kernel indexes it by
+    the cut extent (a channel split then reads or writes past the pieces), so the shard is refused."""
+    regions = s.input_regions[worker]
+    unread = [i for i in call.inputs if regions[i] is None]
+    cut = any(r is not None and r.shape != shape for r, shape in zip(regions, s.input_shapes))
+    return bool(unread) and cut
 
 
 def clear_calls() -> None:
