@@ -15,9 +15,11 @@ shard's input shapes, trying in order of fewest changes:
   an input's trailing extents takes the shard's (a convolution's ``kernel`` under a kernel-tap split), and
   one of non-negative amounts may become all zeros (the padding a materialised halo now provides).
 
-A candidate whose shapes fit is accepted only when the description instantiated at the shard's shapes and
-attributes provably computes the worker's part (:mod:`tofu.analysis.equivalence`); the strategy tests then
-check the numbers against MXNet's unpartitioned kernel.
+A candidate the description cannot instantiate at the shard's shapes (a group count of 0) is dropped before
+MXNet sees it, and MXNet's answers come from a child process (:mod:`tofu.graph.single_op`), so no candidate
+can crash the planner. A candidate whose shapes fit is accepted only when the description instantiated at
+the shard's shapes and attributes provably computes the worker's part (:mod:`tofu.analysis.equivalence`);
+the strategy tests then check the numbers against MXNet's unpartitioned kernel.
 """
 from __future__ import annotations
 
