@@ -74,7 +74,8 @@ def run_isolated(argv: list[str], folder: Path) -> Outcome:
 @st.composite
 def graphs(draw) -> tuple[mx.sym.Symbol, dict[str, tuple[int, ...]], str]:
     """A classifier: optional convolutional trunk (conv, grouped or not, activation, BatchNorm, pooling,
-    residual add, channel concat, dropout), then fully connected layers, then SoftmaxOutput. Returns the symbol, its input shapes and a description."""
+    residual add, channel concat, dropout), then fully connected layers, then SoftmaxOutput. Returns the
+    symbol, its input shapes and the layer kinds."""
     batch = draw(EXTENTS)
     x = mx.sym.var("data")
     ops = []
