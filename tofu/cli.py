@@ -370,6 +370,13 @@ def cmd_run(args) -> int:
     report = train(graph, plan, pg, values, batch, args.steps,
                    reference_symbol(graph, args) if args.check else None, args.ctx, args.lr, args.momentum,
                    progress)
+    if args.memory and args.ctx == "cpu":
+        from tofu.runtime.memory import MAX_PROFILED_DEVICES, measure_device_peaks
+
+        peaks = measure_device_peaks(pg)
+        if peaks is None and terminal:
+            print(f"per-device memory is measured up to {MAX_PROFILED_DEVICES} CPU contexts (MXNet's profiler)")
+        report = dataclasses.replace(report, per_device_peak_bytes=peaks)
     if args.save:
         save_checkpoint(args.save, graph, report.final_values, plan)
     if args.json:
@@ -381,6 +388,8 @@ def cmd_run(args) -> int:
     mem = report.predicted_per_device_bytes
     print(f"per-device memory (plan's model): {_gb(mem.get('total', 0))}; median step "
           f"{report.median_step_seconds * 1e3:.1f} ms, bind {report.bind_seconds:.2f} s")
+    if report.per_device_peak_bytes:
+        print("per-device peak memory (MXNet's profiler): " + ", ".join(_gb(p) for p in report.per_device_peak_bytes))
     if report.check is not None:
         c = report.check
         print(f"check against one device: outputs max |diff| {c.output:.3g}, gradients max rel diff "
@@ -479,6 +488,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial values and the batch")
     p.add_argument("--check", action="store_true", help="run one device beside it and compare")
+    p.add_argument("--memory", action="store_true",
+                   help="measure each device's peak memory over one step with MXNet's profiler (up to 4 CPU contexts)")
     p.add_argument("--save", metavar="CKPT.params", help="save the trained parameters (whole tensors)")
     p.add_argument("--load", metavar="CKPT.params", help="start from saved parameters")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")

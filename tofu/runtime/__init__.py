@@ -1,1 +1,2 @@
-"""Stage 5 of the pipeline: running partitioned graphs (``emulate``: one cut, op by op, on CPU contexts)."""
+"""Stage 5 of the pipeline: partitioned graphs bound on k devices, trained and measured (``train``, ``run``),
+their memory (``memory``), and the values they train with and save (``data``)."""
