@@ -4,7 +4,7 @@ conversions, fetches and reductions abound), the partitioned graph's outputs and
 the single-device run's.
 
 Smooth activations and average pooling only: at a ReLU or max-pooling kink, float32 rounding may pick either
-branch in either run (docs/runtime.md). ``make test`` runs a few examples; CI's profile (``HYPOTHESIS_PROFILE=ci``)
+branch in either run (docs/runtime.md). ``make test`` runs a few examples; CI (``CI=true``)
 runs more.
 """
 import os
@@ -30,7 +30,7 @@ settings.register_profile("default", max_examples=12, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("ci", max_examples=80, deadline=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+settings.load_profile("ci" if os.environ.get("CI") == "true" else "default")
 
 
 def random_solver(seed: int):
