@@ -14,11 +14,10 @@ import pytest
 
 from tofu.api import load_graph, partitioned, reference_symbol
 from tofu.models import ModelOptions
-from tofu.rewrite import PartitionedGraph, ShardVar, HeadPiece
 from tofu.graph.ir import Role
 from tofu.runtime.data import initial_values, synthetic_batch
 from tofu.runtime.run import train
-from tofu.runtime.train import Trainer, cross_device_copies, whole_graph
+from tofu.runtime.train import Trainer, measure_copies, whole_graph
 from tofu.search.algorithms import ALGORITHMS, plan_graph
 
 ALGOS = sorted(a for a in ALGORITHMS if a != "ilp")
@@ -96,13 +95,9 @@ def test_copy_counter_on_a_hand_built_graph():
         y1 = mx.sym.FullyConnected(x1, piece, no_bias=True, num_hidden=2, name="fc1")
     sym = mx.sym.Group([mx.sym.make_loss(mx.sym.sum(y0)), mx.sym.make_loss(mx.sym.sum(y1))])
     shapes = {"w@dev0": (4, 4), "x@dev0": (3, 4), "x@dev1": (3, 4)}
-    pg = PartitionedGraph(sym, 2, tuple(ShardVar(n, n, int(n[-1]), tuple((0, d) for d in s),
-                                                 Role.PARAM if n.startswith("w") else Role.DATA)
-                                        for n, s in shapes.items()),
-                          (HeadPiece("a", 0, ((0, 1),), 0), HeadPiece("b", 1, ((0, 1),), 1)))
     exe = sym.simple_bind(mx.cpu(0), group2ctx={"dev0": mx.cpu(0), "dev1": mx.cpu(1)},
                           grad_req={"w@dev0": "write", "x@dev0": "null", "x@dev1": "null"}, **shapes)
-    copies = cross_device_copies(exe, pg)
+    copies = measure_copies(exe)
     assert sorted((c.backward, c.shape, c.nbytes) for c in copies) == [(False, (2, 4), 32), (True, (2, 4), 32)]
 
 

@@ -211,6 +211,15 @@ class _Rewriter:
                                                                               reducer=reducer))
                             for w in range(self.k)]
 
+    def _shape(self, symbol) -> tuple[int, ...] | None:
+        """The shape of a symbol built so far (a statistic inside an expansion), from the shard variables'."""
+        known = {v.name: v.shape for v in self.variables}
+        try:
+            _, out, _ = symbol.infer_shape_partial(**{a: known[a] for a in symbol.list_arguments() if a in known})
+        except mx.base.MXNetError:
+            return None
+        return tuple(out[0]) if out and out[0] and all(out[0]) else None
+
     def _expansion(self, node: Node, view: NodeView, calls) -> list[list]:
         """The op's declared expansion, the statistics combined over the workers that differ only at the
         steps that exchange them."""
@@ -231,7 +240,8 @@ class _Rewriter:
             pieces = [self._inputs(node, c) for c in members]
             shapes = [[box_shape(p.box) for p in c.inputs] for c in members]
             outs = expand(pieces, shapes, attrs,
-                          lambda parts, reducer="sum", d=devices: self.fabric.allreduce(parts, d, reducer))
+                          lambda parts, reducer="sum", d=devices: self.fabric.allreduce(parts, d, reducer,
+                                                                                        self._shape(parts[0])))
             for c, out in zip(members, outs):
                 results[c.worker] = list(out)
         return [results[c.worker] for c in calls]

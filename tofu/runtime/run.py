@@ -115,10 +115,12 @@ def train(graph: Graph, plan: Plan, pg: PartitionedGraph, values: Mapping[str, n
     twin = Trainer(whole_graph(graph, reference_symbol), _nudged(graph, values), "cpu", lr, momentum) \
         if reference is not None and floor else None
     twin_losses = []
+    # one forward and backward pass (no update) measures the copies, then gives the first step's outputs and
+    # gradients; one device makes the same pass, so both runs' auxiliary states move alike
     copies = trainer.copies()
     out_diff = grad_diff = 0.0
-    if reference is not None:          # the first step's outputs and gradients, before any update
-        got, want = trainer.forward_backward(), reference.forward_backward()
+    if reference is not None:
+        got, want = trainer.outputs(), reference.forward_backward()
         out_diff = max(float(np.abs(got[n] - want[n]).max()) for n in want)
         grad_diff = _rel(trainer.gradients(), reference.gradients())
     losses, ref_losses = [], []

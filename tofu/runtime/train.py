@@ -3,7 +3,7 @@
 Input: a :class:`~tofu.rewrite.PartitionedGraph` (or the unpartitioned model, as one device), the whole
 values of its variables. Output: a :class:`Trainer` that runs training steps (forward, MXNet's derived
 backward, SGD with momentum on each device's own shards) and reports the bytes of every ``_CrossDeviceCopy``
-of the bound executor (:func:`cross_device_copies`).
+the bound executor runs (:func:`measure_copies`).
 
 The executor is bound with ``group2ctx`` mapping ``dev{i}`` to ``cpu(i)`` (or ``gpu(i)``). Data and labels get
 no gradient; parameters ``write``; auxiliary states are MXNet's. MXNet's log lines printed while binding and
@@ -114,6 +114,10 @@ class Trainer:
             self.executor.backward()
             return self._assemble([o.asnumpy() for o in outs])
 
+    def outputs(self) -> dict[str, np.ndarray]:
+        """The graph outputs of the last forward pass, assembled."""
+        return self._assemble([o.asnumpy() for o in self.executor.outputs])
+
     def step(self, batch: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """One training step (forward, backward, update); returns the graph outputs before the update."""
         if batch:
@@ -165,95 +169,40 @@ class Trainer:
         return out
 
     def copies(self) -> tuple[Copy, ...]:
-        return cross_device_copies(self.executor, self.pg)
+        """Every cross-device copy of one forward and backward pass (see :func:`measure_copies`)."""
+        return measure_copies(self.executor)
 
 
 # --------------------------------------------------------------------------------------- copy counting
 
-@dataclass
-class _Block:
-    op: str
-    name: str
-    inputs: list[tuple[str, int]]
-    cdeps: list[str]
+_COPY_OUTPUT = re.compile(r"_\d+_copy_output$")     # how MXNet names the outputs of the copies it inserts
 
 
-def _parse_debug_str(text: str) -> list[_Block]:
-    blocks: list[_Block] = []
-    section = None
-    for line in text.splitlines():
-        if line.startswith("Op:"):
-            op, name = line[3:].split(", Name=", 1)
-            blocks.append(_Block(op, name, [], []))
-            section = None
-        elif line.startswith("Inputs:"):
-            section = "inputs"
-        elif line.startswith("Control deps:"):
-            section = "cdeps"
-        elif line.startswith("Attrs:") or line.startswith("Variable:") or line.startswith("---"):
-            section = None
-        elif line.startswith("\targ[") and section == "inputs" and blocks:
-            entry = line.split("=", 1)[1].split(" version=")[0]
-            name, index = entry.rsplit("(", 1)
-            blocks[-1].inputs.append((name, int(index.rstrip(")"))))
-        elif line.startswith("\tcdep[") and section == "cdeps" and blocks:
-            blocks[-1].cdeps.append(line.split("=", 1)[1])
-    return blocks
+def measure_copies(executor) -> tuple[Copy, ...]:
+    """Runs one forward (training mode) and backward pass of ``executor`` and returns every
+    ``_CrossDeviceCopy`` it executed, with the bytes of the array it produced, in execution order.
 
-
-def cross_device_copies(executor, pg: PartitionedGraph) -> tuple[Copy, ...]:
-    """Every ``_CrossDeviceCopy`` of the bound training graph (forward and backward) with its bytes.
-
-    The copies and what they read come from the executor's ``debug_str``; the shape of a forward entry from
-    MXNet's shape inference of the symbol, the shape of a gradient from the forward input it belongs to (output
-    i of ``_backward_X`` is the gradient of X's input i), and of a sum, copy or identity from its first input.
+    MXNet names the copies it inserts ``{entry}_{index}_copy``; its monitor callback reports every op's output
+    array as it is computed, so the sizes are those of the arrays that crossed, not inferred from names.
     """
-    import bisect
+    import ctypes
 
-    internals = pg.symbol.get_internals()
-    _, out_shapes, _ = internals.infer_shape(**pg.shapes())
-    forward = dict(zip(internals.list_outputs(), out_shapes))
-    variables = pg.shapes()
-    blocks = _parse_debug_str(executor.debug_str())
-    where: dict[str, list[int]] = {}
-    for i, b in enumerate(blocks):
-        where.setdefault(b.name, []).append(i)
+    seen: list[tuple[str, tuple[int, ...], int]] = []
 
-    def latest_before(name: str, before: int) -> int | None:
-        at = where.get(name, [])
-        j = bisect.bisect_left(at, before)
-        return at[j - 1] if j else None
+    def record(name, handle):
+        name = name.decode() if isinstance(name, bytes) else name
+        if _COPY_OUTPUT.search(name):
+            array = mx.nd.NDArray(ctypes.cast(handle, mx.base.NDArrayHandle), writable=False)
+            seen.append((name[:-len("_output")], tuple(array.shape), array.size * np.dtype(array.dtype).itemsize))
 
-    def shape_of(name: str, index: int, before: int) -> tuple[int, ...]:
-        if name in variables:
-            return tuple(variables[name])
-        i = latest_before(name, before)
-        block = blocks[i] if i is not None else None
-        if block is not None and block.op.startswith("_backward_") and block.cdeps:
-            f = latest_before(block.cdeps[0], i)
-            if f is not None and index < len(blocks[f].inputs):
-                return shape_of(*blocks[f].inputs[index], f)
-        if index == 0 and f"{name}_output" in forward:
-            return tuple(forward[f"{name}_output"])
-        if block is not None and block.inputs:
-            return shape_of(*block.inputs[0], i)
-        raise RuntimeError(f"cannot tell the shape of '{name}'({index}) in the executor")
-
-    # a node of the backward pass: a _backward_ op, or one that reads a head gradient or a backward node
-    in_backward: list[bool] = []
-    for i, b in enumerate(blocks):
-        flag = b.op.startswith("_backward_") or any(n.startswith("_head_grad") for n, _ in b.inputs)
-        if not flag:
-            for n, _ in b.inputs:
-                j = latest_before(n, i)
-                if j is not None and in_backward[j]:
-                    flag = True
-                    break
-        in_backward.append(flag)
-    copies = []
-    for i, b in enumerate(blocks):
-        if b.op != "_CrossDeviceCopy":
-            continue
-        shape = shape_of(*b.inputs[0], i)
-        copies.append(Copy(b.name, shape, int(np.prod(shape, dtype=np.int64)) * 4, in_backward[i]))
-    return tuple(copies)
+    executor.set_monitor_callback(record, monitor_all=False)
+    try:
+        with quiet():
+            executor.forward(is_train=True)
+            mx.nd.waitall()
+            forward = len(seen)
+            executor.backward()
+            mx.nd.waitall()
+    finally:
+        executor.set_monitor_callback(lambda name, handle: None, monitor_all=False)
+    return tuple(Copy(n, shape, nbytes, i >= forward) for i, (n, shape, nbytes) in enumerate(seen))
