@@ -99,6 +99,17 @@ class Graph:
         """Ids of the nodes reading ``tensor_id`` (each once, in topological order)."""
         return self._consumers[tensor_id]
 
+    @cached_property
+    def with_gradient(self) -> frozenset[int]:
+        """Ids of the tensors that get a gradient in training: parameters, and outputs of ops reading one that
+        does (not data, labels, auxiliary states, nor what is computed from them alone, e.g. a label reshaped
+        or an RNN's zero begin state)."""
+        found = {t.id for t in self.tensors if t.role is Role.PARAM}
+        for node in self.nodes:
+            if any(t in found for t in node.inputs):
+                found.update(node.outputs)
+        return frozenset(found)
+
     def node(self, node_id: int) -> Node:
         return self.nodes[node_id]
 

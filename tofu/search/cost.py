@@ -6,7 +6,8 @@ Output: a :class:`~tofu.search.problem.CutProblem`.
 Worker w holds H_w(t, d), the w-th of k equal slices of tensor t along its chosen dimension d (the whole
 tensor if t is replicated). An op run with strategy s needs, on worker w, the region R_w(s, i) of input i
 (tofu.analysis) and produces P_w(s, o) of output o. With |.| counting bytes and g(t) = 1 when t has a
-gradient (parameters and activations; not data, labels or auxiliary states):
+gradient (parameters and what is computed from them; not data, labels, auxiliary states nor what is computed
+from those alone, as a reshaped label or an RNN's zero begin state):
 
     fetch       sum_w |R_w(s, i) \\ H_w(i, d_i)|                            x (1 + g(i))
     replicated  2 (k - 1) / k sum_w |R_w(s, i)| g(i)   (the gradient parts of a replicated input all-reduced)
@@ -37,13 +38,12 @@ import numpy as np
 from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, SplitDim, strategies
 from tofu.analysis.views import NodeView, kernel_call, next_view, runnable  # noqa: F401 (re-exported)
 from tofu.errors import SearchError, TofuError
-from tofu.graph.ir import Graph, Node, Role
+from tofu.graph.ir import Graph, Node
 from tofu.search.coarsen import Coarsening
 from tofu.search.problem import CutProblem, OpGroup, TensorGroup
 from tofu.tdl.describe import describe
 
 Shape = tuple[int, ...]
-_NO_GRAD = (Role.DATA, Role.LABEL, Role.AUX)
 
 
 @dataclass(frozen=True)
@@ -148,7 +148,7 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
     """The strategies ``node`` (seen as ``view``) can use, with their costs; without the excluded ones, and
     when none is left, each output split computed whole on every worker (always runnable)."""
     ids = view.inputs + view.outputs
-    grads = tuple(graph.tensors[t].role not in _NO_GRAD for t in ids)
+    grads = tuple(t in graph.with_gradient for t in ids)
     items = tuple(np.dtype(graph.tensors[t].dtype).itemsize for t in ids)
     try:
         found, whole = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, grads, items)
