@@ -60,21 +60,32 @@ def measure_peak_bytes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], optim
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     request = {"symbol": symbol.tojson(), "shapes": {k: list(v) for k, v in shapes.items()},
                "optimizer": optimizer}
-    env = dict(os.environ, MXNET_SUBGRAPH_BACKEND="NONE", MXNET_SUBGRAPH_VERBOSE="0",
-               MXNET_STORAGE_FALLBACK_LOG_VERBOSE="0", MXNET_MKLDNN_ENABLED="1" if mkldnn else "0")
+    env = {"MXNET_SUBGRAPH_BACKEND": "NONE", "MXNET_MKLDNN_ENABLED": "1" if mkldnn else "0"}
+    return int(run_in_child(__name__, request, env, timeout, MemoryProfileError)["peak_bytes"])
+
+
+def run_in_child(module: str, request: Mapping, env: Mapping[str, str], timeout: float,
+                 error: type[TofuError]) -> dict:
+    """Runs ``python -m module`` with ``request`` as JSON on stdin and returns the JSON of its last stdout
+    line (MXNet's profiler is process-global, so each measurement gets a fresh process).
+
+    Raises:
+        error: the child timed out, failed, or printed nothing.
+    """
+    env = dict(os.environ, MXNET_SUBGRAPH_VERBOSE="0", MXNET_STORAGE_FALLBACK_LOG_VERBOSE="0", **env)
     env.setdefault("OMP_NUM_THREADS", "1")
-    package_root = str(Path(__file__).resolve().parents[2])   # the child imports this module by name
+    package_root = str(Path(__file__).resolve().parents[2])   # the child imports the module by name
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
     try:
-        done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request), env=env,
+        done = subprocess.run([sys.executable, "-m", module], input=json.dumps(request), env=env,
                               capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
-        raise MemoryProfileError(f"memory measurement took longer than {timeout:g} s") from None
+        raise error(f"memory measurement took longer than {timeout:g} s") from None
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise MemoryProfileError(f"memory measurement failed (exit {done.returncode}): {tail}")
-    return int(json.loads(lines[-1])["peak_bytes"])
+        raise error(f"memory measurement failed (exit {done.returncode}): {tail}")
+    return json.loads(lines[-1])
 
 
 def peak_from_trace(trace: Mapping, counter: str = COUNTER_NAME) -> int:

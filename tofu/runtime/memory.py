@@ -11,14 +11,13 @@ request as JSON on stdin, the peaks as JSON on stdout), like :mod:`tofu.graph.me
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 from tofu.errors import TofuError
+from tofu.graph.memory_profile import run_in_child
 from tofu.graph.ir import Role
 
 MAX_PROFILED_DEVICES = 4
@@ -43,19 +42,7 @@ def measure_device_peaks(pg, timeout: float = 300.0) -> tuple[int, ...] | None:
                "shapes": {v.name: list(v.shape) for v in pg.variables},
                "params": [v.name for v in pg.variables if v.role is Role.PARAM and v.name not in aux],
                "devices": {v.name: v.device for v in pg.variables}}
-    env = dict(os.environ, MXNET_STORAGE_FALLBACK_LOG_VERBOSE="0")
-    package_root = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-    try:
-        done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request), env=env,
-                              capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        raise DeviceMemoryError(f"memory measurement took longer than {timeout:g} s") from None
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise DeviceMemoryError(f"memory measurement failed (exit {done.returncode}): {tail}")
-    return tuple(json.loads(lines[-1])["peak_bytes"])
+    return tuple(run_in_child(__name__, request, {}, timeout, DeviceMemoryError)["peak_bytes"])
 
 
 def peaks_from_trace(trace: dict, workers: int) -> list[int]:
