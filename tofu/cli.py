@@ -72,7 +72,12 @@ def _graph(args, with_loss: bool = False):
     from tofu.graph import parse_shape
     from tofu.models import ModelOptions
 
-    shapes = dict(parse_shape(s) for s in args.shape)
+    parsed = [parse_shape(s) for s in args.shape]
+    names = [n for n, _ in parsed]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise TofuError(f"--shape gives '{twice[0]}' more than once")
+    shapes = dict(parsed)
     return load_graph(args.model, ModelOptions(batch=args.batch, seq_len=args.seq_len, vocab=args.vocab), shapes,
                       with_loss)
 
@@ -323,9 +328,13 @@ def cmd_plan(args) -> int:
 
     graph = _graph(args)
     if args.load:
+        if args.algo != "tofu" or args.out:
+            raise TofuError("--load shows a saved plan: --algo and --out do not apply to it")
         plan = Plan.load(args.load, graph)
+        if args.workers is not None and plan.workers != args.workers:
+            raise TofuError(f"plan '{args.load}' is for {plan.workers} workers, not {args.workers}")
     else:
-        plan = plan_graph(graph, args.workers, args.algo)
+        plan = plan_graph(graph, 8 if args.workers is None else args.workers, args.algo)
         if args.out:
             plan.save(args.out)
     if args.json:
@@ -469,7 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
     from tofu.search.algorithms import ALGORITHMS
     p = sub.add_parser("plan", help="partition a model over K workers (the plan: per step, per tensor and op)")
     _model_args(p)
-    p.add_argument("--workers", type=int, default=8, help="number of devices K (default 8)")
+    p.add_argument("--workers", type=int, help="number of devices K (default 8; with --load, checked)")
     p.add_argument("--algo", choices=sorted(ALGORITHMS), default="tofu", help="plan finder (default tofu)")
     p.add_argument("--out", metavar="PLAN.json", help="save the plan")
     p.add_argument("--load", metavar="PLAN.json", help="show a saved plan (checked against the model)")

@@ -84,3 +84,21 @@ def test_bad_plans_and_contexts_fail_in_one_line(capsys, tmp_path):
         assert not out_path.exists()
     rc, out, err = run(capsys, "run", "rnn-tiny", "--workers", "4", "--plan", str(plan))
     assert_one_line_error(rc, out, err, "is for model 'mlp'")
+
+
+def test_plan_load_refuses_options_that_do_not_apply(capsys, tmp_path):
+    path = tmp_path / "p.json"
+    assert run(capsys, "plan", "mlp", "--workers", "4", "--out", str(path))[0] == 0
+    rc, out, err = run(capsys, "plan", "mlp", "--load", str(path), "--workers", "2")
+    assert_one_line_error(rc, out, err, "is for 4 workers, not 2")
+    for extra in (("--algo", "spartan"), ("--out", str(tmp_path / "q.json"))):
+        rc, out, err = run(capsys, "plan", "mlp", "--load", str(path), *extra)
+        assert_one_line_error(rc, out, err, "do not apply")
+    assert not (tmp_path / "q.json").exists()
+    rc, out, _ = run(capsys, "plan", "mlp", "--load", str(path), "--json")
+    assert rc == 0 and json.loads(out)["workers"] == 4
+
+
+def test_a_shape_given_twice_is_an_error(capsys):
+    rc, out, err = run(capsys, "plan", "x.json", "--shape", "data=2,3", "--shape", "data=4,3")
+    assert_one_line_error(rc, out, err, "'data' more than once")
