@@ -59,13 +59,13 @@ def _with_loss(symbol, shapes: Mapping[str, Shape]):
 
 
 def load_plan(graph: Graph, workers: int, algo: str = "tofu", path: str | None = None):
-    """A saved plan checked against ``graph`` and ``workers``, or a new one found by ``algo``.
+    """A saved plan checked against ``graph`` and ``workers`` (its costs recomputed), or a new one by ``algo``.
 
     Raises:
         PlanError: the saved plan is unreadable or made for another model or worker count.
     """
     from tofu.errors import PlanError
-    from tofu.search.algorithms import plan_graph
+    from tofu.search.algorithms import plan_graph, replay
     from tofu.search.plan import Plan
 
     if path is None:
@@ -73,7 +73,7 @@ def load_plan(graph: Graph, workers: int, algo: str = "tofu", path: str | None =
     plan = Plan.load(path, graph)
     if plan.workers != workers:
         raise PlanError(f"plan '{path}' is for {plan.workers} workers, not {workers}")
-    return plan
+    return replay(graph, plan)
 
 
 def partitioned(graph: Graph, plan):

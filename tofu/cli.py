@@ -323,7 +323,7 @@ def _dim_name(shape: tuple[int, ...], d: int | None) -> str:
 
 
 def cmd_plan(args) -> int:
-    from tofu.search.algorithms import plan_graph
+    from tofu.search.algorithms import plan_graph, replay
     from tofu.search.plan import Plan
 
     graph = _graph(args)
@@ -333,6 +333,7 @@ def cmd_plan(args) -> int:
         plan = Plan.load(args.load, graph)
         if args.workers is not None and plan.workers != args.workers:
             raise TofuError(f"plan '{args.load}' is for {plan.workers} workers, not {args.workers}")
+        plan = replay(graph, plan)        # the file's numbers are recomputed, not trusted
     else:
         plan = plan_graph(graph, 8 if args.workers is None else args.workers, args.algo)
         if args.out:

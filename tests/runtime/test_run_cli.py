@@ -102,3 +102,21 @@ def test_plan_load_refuses_options_that_do_not_apply(capsys, tmp_path):
 def test_a_shape_given_twice_is_an_error(capsys):
     rc, out, err = run(capsys, "plan", "x.json", "--shape", "data=2,3", "--shape", "data=4,3")
     assert_one_line_error(rc, out, err, "'data' more than once")
+
+
+def test_a_loaded_plan_is_replayed_not_trusted(capsys, tmp_path):
+    path = tmp_path / "p.json"
+    assert run(capsys, "plan", "wresnet-tiny", "--workers", "4", "--out", str(path))[0] == 0
+    fresh = json.loads(path.read_text())
+    doc = dict(fresh, comm_bytes=1.0, per_device_bytes={k: 1 for k in fresh["per_device_bytes"]})
+    path.write_text(json.dumps(doc))
+    rc, out, err = run(capsys, "plan", "wresnet-tiny", "--load", str(path), "--json")
+    assert rc == 0, err
+    shown = json.loads(out)
+    assert shown["comm_bytes"] == fresh["comm_bytes"] and shown["per_device_bytes"] == fresh["per_device_bytes"]
+    # a choice the op does not have at that step
+    first = next(n for n, c in doc["steps"][0]["ops"].items() if c["kind"] == "output")
+    doc["steps"][0]["ops"][first] = {"kind": "output", "var": "nonexistent", "dim": None}
+    path.write_text(json.dumps(doc))
+    rc, out, err = run(capsys, "plan", "wresnet-tiny", "--load", str(path))
+    assert_one_line_error(rc, out, err, first, "nonexistent")

@@ -90,6 +90,61 @@ def plan_graph(graph: Graph, workers: int, algo: str = "tofu") -> Plan:
     return to_plan(graph, workers, algo, steps, seconds, coarse.stats(graph))
 
 
+def replay(graph: Graph, plan: Plan) -> Plan:
+    """``plan`` with its communication and per-device memory recomputed by the cost model, by replaying its
+    choices step by step (a plan file's numbers are not trusted).
+
+    Raises:
+        PlanError: a step's choice is not one the search could make at that step (a tensor split its shape
+            does not allow, a strategy the op does not have there).
+    """
+    from tofu.analysis.compose import ChoiceKind
+    from tofu.errors import PlanError
+    from tofu.search.problem import CutSolution
+
+    factors = tuple(s.factor for s in plan.steps)
+    shapes = {t.name: t.shape for t in graph.tensors}
+    at_step = []                      # per step: every tensor's shape before its cut
+    for step in plan.steps:
+        at_step.append(dict(shapes))
+        shapes = {n: tuple(e // step.factor if i == dict(step.tensor_dims)[n] else e for i, e in enumerate(shape))
+                  for n, shape in shapes.items()}
+
+    def fixed(problem):
+        j = next(j for j, sh in enumerate(at_step)
+                 if plan.steps[j].factor == problem.k and all(sh[t.name] == t.shape for t in problem.tensors))
+        step = plan.steps[j]
+        dims, ops = dict(step.tensor_dims), dict(step.op_choices)
+        x, y = [], []
+        for t in problem.tensors:
+            d = dims[t.name]
+            if d not in t.choices:
+                raise PlanError(f"step {j + 1} splits tensor '{t.name}' along {d}, which cannot be "
+                                f"split {problem.k} ways there")
+            x.append(t.choices.index(d))
+        for op in problem.ops:
+            c = ops[op.name]
+            kind = "output" if c.kind is ChoiceKind.WHOLE else c.kind.value
+            found = [i for i, (name, k) in enumerate(zip(op.strategies, op.kinds)) if name == str(c) and k == kind]
+            y.append(found[0] if found else 0)   # not offered yet (a fallback offered once others fail): the
+            # search re-solves without what cannot run; a choice never offered shows in the comparison below
+        return CutSolution(tuple(x), tuple(y), problem.cost(x, y))
+
+    start = time.perf_counter()
+    coarse = coarsen(graph)
+    try:
+        steps = search(graph, factors, fixed, coarse) if plan.workers > 1 else ()
+    except SearchError as e:
+        raise PlanError(f"the plan cannot be replayed: {e}") from None
+    replayed = to_plan(graph, plan.workers, plan.algo, steps, plan.search_seconds or time.perf_counter() - start,
+                       coarse.stats(graph))
+    for j, (a, b) in enumerate(zip(plan.steps, replayed.steps), 1):
+        for (name, want), (_, got) in zip(a.op_choices, b.op_choices):
+            if want != got:
+                raise PlanError(f"step {j}: op '{name}' cannot run '{want}' there")
+    return replayed
+
+
 def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], seconds: float,
             coarsening: dict[str, int]) -> Plan:
     final = [t.shape for t in graph.tensors]
