@@ -120,3 +120,13 @@ def test_a_loaded_plan_is_replayed_not_trusted(capsys, tmp_path):
     path.write_text(json.dumps(doc))
     rc, out, err = run(capsys, "plan", "wresnet-tiny", "--load", str(path))
     assert_one_line_error(rc, out, err, first, "nonexistent")
+
+
+def test_plan_files_that_cannot_be_read_or_written(capsys, tmp_path):
+    binary = tmp_path / "p.json"
+    binary.write_bytes(b"\xff\xfe{\x00")
+    rc, out, err = run(capsys, "plan", "mlp", "--load", str(binary))
+    assert_one_line_error(rc, out, err, "not UTF-8")
+    for target in (tmp_path / "missing" / "p.json", tmp_path):
+        rc, out, err = run(capsys, "plan", "mlp", "--workers", "2", "--out", str(target))
+        assert_one_line_error(rc, out, err, "cannot write plan")

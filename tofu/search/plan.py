@@ -59,7 +59,15 @@ class Plan:
                           for s in self.steps]}
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_json(), indent=1))
+        """Writes the plan as JSON.
+
+        Raises:
+            PlanError: the path cannot be written (a missing directory, a directory, no permission).
+        """
+        try:
+            Path(path).write_text(json.dumps(self.to_json(), indent=1))
+        except OSError as e:
+            raise PlanError(f"cannot write plan '{path}': {e.strerror or e}") from None
 
     @staticmethod
     def from_json(doc: Mapping) -> "Plan":
@@ -95,6 +103,8 @@ class Plan:
             raise PlanError(f"cannot read plan '{path}': {e.strerror}") from None
         except json.JSONDecodeError as e:
             raise PlanError(f"plan '{path}' is not valid JSON: {e.msg} at line {e.lineno}") from None
+        except UnicodeDecodeError as e:
+            raise PlanError(f"plan '{path}' is not UTF-8 text (byte {e.start}): not a plan file") from None
         if not isinstance(doc, dict):
             raise PlanError(f"plan '{path}' is not a JSON object")
         plan = Plan.from_json(doc)
