@@ -58,3 +58,7 @@ class SearchError(TofuError):
 
 class PlanError(TofuError):
     """A plan file is malformed or belongs to another model."""
+
+
+class RewriteError(TofuError):
+    """A plan cannot be turned into a partitioned graph."""

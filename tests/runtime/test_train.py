@@ -125,3 +125,20 @@ def test_checkpoint_round_trip(tmp_path):
     again = Trainer(partitioned(graph, plan), {**load_checkpoint(path, graph), **batch})
     np.testing.assert_allclose(again.forward_backward()[graph.tensors[graph.heads[0]].name],
                                whole.forward_backward()[graph.tensors[graph.heads[0]].name], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("model,k,algo", [("mlp", 4, "tofu"), ("wresnet-tiny", 8, "tofu"), ("rnn-tiny", 3, "data-parallel")])
+def test_shard_then_gather_gives_back_every_parameter(model, k, algo):
+    from tofu.rewrite import gather_values, shard_values
+
+    graph = load_graph(model, ModelOptions(batch=24 if k == 3 else 8))
+    pg = partitioned(graph, plan_graph(graph, k, algo))
+    values = initial_values(graph, seed=3)
+    shards = shard_values(pg, {**values, **synthetic_batch(graph)})
+    params = {v.name: shards[v.name] for v in pg.variables if v.role is Role.PARAM}
+    back = gather_values(pg, params)
+    assert set(back) == {t.name for t in graph.by_role(Role.PARAM)}
+    for name, value in back.items():
+        np.testing.assert_array_equal(value, values[name])
+    # every parameter element lives in exactly one shard variable
+    assert sum(a.size for a in params.values()) == sum(t.size for t in graph.by_role(Role.PARAM))

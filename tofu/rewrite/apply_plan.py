@@ -20,17 +20,18 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import mxnet as mx
+import numpy as np
 
 from tofu import registry
 from tofu.analysis.compose import Box, InputPiece, compose, coordinates, held_box
 from tofu.analysis.views import NodeView
-from tofu.errors import TofuError
+from tofu.errors import RewriteError, TofuError
 from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
-from tofu.rewrite.comm import Fabric, Held, RewriteError, box_shape, intersect, scope
+from tofu.rewrite.comm import Fabric, Held, box_shape, intersect, scope
 from tofu.search.plan import Plan
 from tofu.tdl.describe import typed_attrs
 
@@ -287,19 +288,21 @@ def _place_ungrouped(symbol: mx.sym.Symbol) -> mx.sym.Symbol:
     return mx.sym.load_json(json.dumps(doc)) if changed else symbol
 
 
-def shard_values(pg: PartitionedGraph, values) -> dict[str, "object"]:
-    """Every shard variable's value cut from the whole tensors ``values`` (name -> numpy array)."""
+def shard_values(pg: PartitionedGraph, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every shard variable's value, cut from the whole tensors ``values`` (tensor name -> array)."""
     return {v.name: values[v.tensor][tuple(slice(a, b) for a, b in v.box)] for v in pg.variables}
 
 
-def gather_values(pg: PartitionedGraph, shards, shapes: dict[str, Sequence[int]], roles=(Role.PARAM,)):
-    """The whole tensors from the shard variables' values (``shards``: name -> numpy array)."""
-    import numpy as np
-
-    out = {}
+def gather_values(pg: PartitionedGraph, shards: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The whole tensors whose shard variables are in ``shards`` (variable name -> array), reassembled."""
+    extents: dict[str, list[int]] = {}
     for v in pg.variables:
-        if v.role not in roles:
-            continue
-        full = out.setdefault(v.tensor, np.zeros(shapes[v.tensor], dtype=np.asarray(shards[v.name]).dtype))
-        full[tuple(slice(a, b) for a, b in v.box)] = shards[v.name]
+        if v.name in shards:
+            ends = extents.setdefault(v.tensor, [0] * len(v.box))
+            for d, (_, b) in enumerate(v.box):
+                ends[d] = max(ends[d], b)
+    out = {t: np.zeros(e, dtype=np.float32) for t, e in extents.items()}
+    for v in pg.variables:
+        if v.name in shards:
+            out[v.tensor][tuple(slice(a, b) for a, b in v.box)] = shards[v.name]
     return out

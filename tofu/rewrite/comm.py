@@ -24,13 +24,9 @@ from dataclasses import dataclass
 
 import mxnet as mx
 
-from tofu.errors import TofuError
+from tofu.errors import RewriteError
 
 Box = tuple[tuple[int, int], ...]
-
-
-class RewriteError(TofuError):
-    """The plan cannot be turned into a partitioned graph."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ import mxnet as mx
 import numpy as np
 
 from tofu.graph.ir import Graph, Role
-from tofu.rewrite.apply_plan import HeadPiece, PartitionedGraph, ShardVar
+from tofu.rewrite.apply_plan import HeadPiece, PartitionedGraph, ShardVar, gather_values, shard_values
 
 _MXNET_LOG = re.compile(r"^\[\d\d:\d\d:\d\d\] \.\./(src|include)/")
 
@@ -98,8 +98,8 @@ class Trainer:
     def load(self, values: Mapping[str, np.ndarray]) -> None:
         """Sets every variable (parameters, auxiliary states, data, labels) from the whole tensors."""
         arrays = {**self.executor.arg_dict, **self.executor.aux_dict}
-        for v in self.pg.variables:
-            arrays[v.name][:] = values[v.tensor][tuple(slice(a, b) for a, b in v.box)]
+        for name, value in shard_values(self.pg, values).items():
+            arrays[name][:] = value
 
     def feed(self, batch: Mapping[str, np.ndarray]) -> None:
         """Sets the data and labels (whole tensors by name) on every device."""
@@ -156,17 +156,7 @@ class Trainer:
         return self._gather({v.name: arrays[v.name].asnumpy() for v in self.pg.variables if v.role in roles})
 
     def _gather(self, shards: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        shapes: dict[str, list[int]] = {}
-        for v in self.pg.variables:
-            if v.name in shards:
-                shape = shapes.setdefault(v.tensor, [0] * len(v.box))
-                for d, (_, b) in enumerate(v.box):
-                    shape[d] = max(shape[d], b)
-        out = {t: np.zeros(s, dtype=np.float32) for t, s in shapes.items()}
-        for v in self.pg.variables:
-            if v.name in shards:
-                out[v.tensor][tuple(slice(a, b) for a, b in v.box)] = shards[v.name]
-        return out
+        return gather_values(self.pg, shards)
 
     def copies(self) -> tuple[Copy, ...]:
         """Every cross-device copy of one forward and backward pass (see :func:`measure_copies`)."""
