@@ -377,9 +377,16 @@ def cmd_run(args) -> int:
         factors = "x".join(str(s.factor) for s in plan.steps) or "1"
         print(f"{graph.name}: {len(graph.nodes)} ops on {args.workers} {args.ctx} contexts, plan {plan.algo} "
               f"({factors}); partitioned graph: {len(pg.variables)} shard variables", flush=True)
-    report = train(graph, plan, pg, values, batch, args.steps,
-                   reference_symbol(graph, args) if args.check else None, args.ctx, args.lr, args.momentum,
-                   progress)
+    import mxnet as mx
+
+    from tofu.graph.single_op import first_line
+
+    try:
+        report = train(graph, plan, pg, values, batch, args.steps,
+                       reference_symbol(graph, args) if args.check else None, args.ctx, args.lr, args.momentum,
+                       progress)
+    except mx.base.MXNetError as e:      # a kernel or bind MXNet refuses at run time: one line, not its trace
+        raise TofuError(f"MXNet cannot run the partitioned graph: {first_line(e)}") from None
     if args.memory and args.ctx == "cpu":
         from tofu.runtime.memory import MAX_PROFILED_DEVICES, measure_device_peaks
 

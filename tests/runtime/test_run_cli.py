@@ -144,3 +144,13 @@ def test_check_of_a_symbol_file_with_an_unread_parameter(capsys, tmp_path):
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["gradient_max_rel_diff"] < 1e-4 and doc["parameter_max_rel_diff"] < 1e-4
+
+
+def test_an_mxnet_failure_at_run_time_is_one_line(capsys, monkeypatch):
+    import tofu.runtime.run
+
+    def refuse(*args, **kwargs):
+        raise mx.base.MXNetError("Traceback (most recent call last):\n  File x\nMXNetError: Check failed: boom")
+    monkeypatch.setattr(tofu.runtime.run, "train", refuse)
+    rc, out, err = run(capsys, "run", "mlp", "--workers", "2", "--json")
+    assert_one_line_error(rc, out, err, "MXNet cannot run the partitioned graph", "boom")
