@@ -83,7 +83,7 @@ def partitioned(graph: Graph, plan):
     return apply_plan(graph, plan)
 
 
-def reference_symbol(graph: Graph, args=None):
+def reference_symbol(graph: Graph):
     """The unpartitioned MXNet symbol of ``graph`` (what one device runs), rebuilt from the graph itself."""
     from tofu.graph.mxnet_export import export_symbol
 

@@ -383,7 +383,7 @@ def cmd_run(args) -> int:
 
     try:
         report = train(graph, plan, pg, values, batch, args.steps,
-                       reference_symbol(graph, args) if args.check else None, args.ctx, args.lr, args.momentum,
+                       reference_symbol(graph) if args.check else None, args.ctx, args.lr, args.momentum,
                        progress)
     except mx.base.MXNetError as e:      # a kernel or bind MXNet refuses at run time: one line, not its trace
         raise TofuError(f"MXNet cannot run the partitioned graph: {first_line(e)}") from None
