@@ -108,4 +108,5 @@ def clear_caches() -> None:
     single_op._infer.cache_clear()
     coarsen._elementwise.cache_clear()
     cost._costed.cache_clear()
+    cost._strategies.cache_clear()
     views.clear_calls()

@@ -453,7 +453,7 @@ def _plan_text(graph, plan) -> str:
         lines.append(f"{'layer':<{w[0]}}  {'first op':<{w[1]}}  {'op split':<{w[2]}}  output split (per step)")
         lines += [f"{a:<{w[0]}}  {b:<{w[1]}}  {c_:<{w[2]}}  {d}" for a, b, c_, d in rows]
     for j, s in enumerate(plan.steps, 1):
-        lines.append(f"step {j}: {s.factor}-way cut in {s.groups} group(s): {_gb(s.cost_bytes)} per group")
+        lines.append(f"step {j}: {s.factor}-way cut in {s.groups} group(s): {_gb(s.cost_bytes)}")
     lines.append(f"communication per iteration: {_gb(plan.comm_bytes)}")
     mem = dict(plan.per_device_bytes)
     lines.append("per-device memory: " + ", ".join(f"{k} {_gb(v)}" for k, v in mem.items()))

@@ -52,11 +52,15 @@ def test_fully_connected_costs_by_hand():
     assert cost("b", (0, 0, 1)) == cost("b", (0, 0, 0)) + 2 * (b * h // 4) * f * 2
 
 
-def test_recursive_total_is_weighted_sum_of_steps():
+def test_recursive_total_sums_the_steps_over_their_groups():
+    """Each step's cost covers all its worker groups; the total is what the byte oracle counts."""
+    from tests.oracle import count
+    from tofu.search.algorithms import to_plan
+
     g = import_symbol(build_model("mlp").symbol, build_model("mlp").shapes(), "mlp")
     steps = search(g, (2, 2, 2))
     assert [s.groups for s in steps] == [1, 2, 4]
-    assert total_cost(steps) == pytest.approx(steps[0].cost + 2 * steps[1].cost + 4 * steps[2].cost)
+    assert total_cost(steps) == sum(s.cost for s in steps) == count(g, to_plan(g, 8, "tofu", steps, 0.0, {})).per_consumer
     for s in steps:        # the solution's cost is the cost model's value of its assignment
         assert s.solution.cost == pytest.approx(s.problem.cost(s.solution.x, s.solution.y))
 

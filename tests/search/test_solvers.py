@@ -5,9 +5,8 @@
 * The paper's baselines return valid assignments priced by ``CutProblem.cost`` and never beat the DP.
 * k cuts: the sequences-as-one-cut-problem formulation (reference.kway_problem) prices the recursive plan
   exactly as the recursion does, and its optimum equals a walk over the whole tree of cut sequences and
-  its replay through the recursion. The recursive plan equals that optimum whenever every tensor
-  dimension it needs stays divisible and no op view carries padding; the counterexamples outside those
-  premises are kept below with their numbers.
+  its replay through the recursion; the byte oracle counts both plans as the search prices them. The
+  recursion is not always optimal (see GAP_CASES).
 """
 import itertools
 import random
@@ -257,62 +256,43 @@ def test_brute_force_recursive_refuses_large_trees():
         reference.brute_force_recursive(graph("diamond"), 4, limit=1000)
 
 
-PREMISE_CASES = [("fc_chain", 4), ("fc_chain", 8), ("diamond", 4), ("diamond", 8), ("lstm_step", 4),
-                 ("lstm_step", 8), ("mlp", 4), ("mlp", 8), ("residual-1x1", 4), ("wresnet-tiny", 4)]
+# The recursion against the optimum over every sequence of cuts. With the exact costs (every worker group
+# priced against what it holds, conversions inside a group after a cut charged), the paper's theorem that the
+# recursion is optimal does not hold: a cut that is cheapest for its own step can force conversions at later
+# steps. The tree walk (where it is small enough) and the k-way ILP agree on the optimum, and the byte oracle
+# (tests/oracle.py, written apart from the search) counts exactly what both plans say.
+GAP_CASES = [("fc_chain", lambda: graph("fc_chain"), 4, True), ("fc_chain-8", lambda: graph("fc_chain"), 8, False),
+             ("diamond", lambda: graph("diamond"), 4, False), ("lstm_step", lambda: graph("lstm_step"), 8, False),
+             ("mlp", lambda: graph("mlp"), 4, True), ("residual-1x1", lambda: residual(kernel=1), 4, False),
+             ("wresnet-tiny", lambda: graph("wresnet-tiny"), 4, False),
+             ("replicated-bias", lambda: fc(8, 2, 2), 4, True), ("exhausted-tiebreak", lambda: convs(1, 2, 2, 2), 4, True),
+             ("exhausted-fc", lambda: fc(4, 2, 2, bias=False), 8, True),
+             ("exhausted-greedy", lambda: fc(2, 8, 2, bias=False), 8, True),
+             ("fc-nobias", lambda: fc(8, 2, 2, bias=False), 4, True),
+             ("convs-1x1", lambda: convs(2, 4, 4, 4, kernel=1), 4, True), ("convs-3x3", lambda: convs(2, 4, 4, 4), 4, True)]
 
 
-@pytest.mark.parametrize("name, k", PREMISE_CASES, ids=[f"{n}-k{k}" for n, k in PREMISE_CASES])
-def test_recursive_plan_is_optimal_when_dimensions_stay_divisible(name, k):
-    """The paper's theorem, where its premises hold: every dimension the plans use divides by k and no view
-    carries padding (1x1 convolutions; biases of extent >= k)."""
-    g = residual(kernel=1) if name == "residual-1x1" else graph(name)
-    coarse = coarsen(g)
-    recursive = total_cost(search(g, factorize(k), coarse=coarse))
-    optimum = reference.kway_optimum(g, k, solve_dp if k == 4 else reference.solve_ilp, coarse).total
-    assert recursive == optimum
+@pytest.mark.parametrize("case, build, k, tree", GAP_CASES, ids=[c[0] for c in GAP_CASES])
+def test_recursive_plan_against_the_optimum_over_cut_sequences(case, build, k, tree):
+    from tests.oracle import count
+    from tofu.search.algorithms import to_plan
 
-
-# Counterexamples to "the recursive plan is optimal" in this cost model: (graph, k, recursive total,
-# optimum, best total the recursion reaches under any tie-breaking or None when not enumerable).
-COUNTEREXAMPLES = {
-    # Dimensions of extent 2 can be cut only once, so the first cut decides which dimensions later steps
-    # may use; the paper's exchange argument assumes every dimension stays splittable. The smallest: one
-    # FullyConnected with a bias, data (8, 2), 2 outputs.
-    "replicated-bias": (lambda: fc(8, 2, 2), 4, 144.0, 112.0, 128.0),
-    # ... where another step-optimal first cut (a tie) would have reached the optimum,
-    "exhausted-tiebreak": (lambda: convs(1, 2, 2, 2), 4, 480.0, 416.0, 416.0),
-    "exhausted-fc": (lambda: fc(4, 2, 2, bias=False), 8, 224.0, 160.0, 160.0),
-    # ... and where no step-optimal sequence does (step-wise optimality is greedy here).
-    "exhausted-greedy": (lambda: fc(2, 8, 2, bias=False), 8, 352.0, 288.0, 352.0),
-    # The zoo's tiny Wide ResNet (batch 4, channels 8-64: extents run out at k = 8), 3.8% above optimal.
-    "wresnet-tiny": (lambda: graph("wresnet-tiny"), 8, 1121584.0, 1080112.0, None),
-}
-
-
-@pytest.mark.parametrize("case", [pytest.param(c, marks=pytest.mark.slow) if c == "wresnet-tiny" else c
-                                  for c in COUNTEREXAMPLES])
-def test_recursive_plan_counterexamples(case):
-    build, k, recursive_total, optimum_total, best_tiebreak = COUNTEREXAMPLES[case]
     g = build()
     coarse = coarsen(g)
     steps = search(g, factorize(k), coarse=coarse)
     optimum = reference.kway_ilp(g, k, coarse=coarse)
+    replayed = reference.replay(g, optimum, coarse)
     print(f"{case}: {g.name} k={k}: recursive {total_cost(steps)} {[s.cost for s in steps]}, "
           f"optimum {optimum.total} {list(optimum.step_costs)}")
-    assert (total_cost(steps), optimum.total) == (recursive_total, optimum_total)
-    assert total_cost(reference.replay(g, optimum, coarse)) == optimum_total     # the recursion's own account
-    if best_tiebreak is not None:
-        assert reference.brute_force_recursive(g, k, coarse).total == optimum_total
-        assert reference.brute_force_recursive(g, k, coarse, step_optimal=True).total == best_tiebreak
-
-
-@pytest.mark.parametrize("build", [lambda: fc(8, 2, 2, bias=False), lambda: convs(2, 4, 4, 4, kernel=1),
-                                   lambda: convs(2, 4, 4, 4), residual],
-                         ids=["fc-nobias", "convs-1x1", "convs-3x3", "residual-3x3"])
-def test_counterexample_controls_agree(build):
-    g = build()
-    coarse = coarsen(g)
-    assert total_cost(search(g, (2, 2), coarse=coarse)) == reference.kway_optimum(g, 4, solve_dp, coarse).total
+    assert optimum.total <= total_cost(steps)
+    assert total_cost(replayed) == optimum.total            # the recursion's own account of the optimum
+    assert count(g, to_plan(g, k, "recursive", steps, 0.0, {})).per_consumer == total_cost(steps)
+    assert count(g, to_plan(g, k, "optimum", replayed, 0.0, {})).per_consumer == optimum.total
+    if tree:
+        assert reference.brute_force_recursive(g, k, coarse).total == optimum.total
+        # the best plan the recursion can return under some tie-breaking of its one-cut solver
+        best = reference.brute_force_recursive(g, k, coarse, step_optimal=True).total
+        assert optimum.total <= best <= total_cost(steps)
 
 
 def test_batch_cut_view_keeps_the_kernels_own_padding():
@@ -326,5 +306,9 @@ def test_batch_cut_view_keeps_the_kernels_own_padding():
 
 def test_recursion_over_default_batchnorm():
     """fix_gamma=True (MXNet's default): gamma is not read, and the view keeps it for the op's arity."""
-    steps = search(residual(fix_gamma=True), (2, 2))
-    assert len(steps) == 2 and all(s.cost >= 0 for s in steps)
+    from tests.oracle import count
+    from tofu.search.algorithms import to_plan
+
+    g = residual(fix_gamma=True)
+    steps = search(g, (2, 2))
+    assert count(g, to_plan(g, 4, "tofu", steps, 0.0, {})).per_consumer == total_cost(steps) > 0

@@ -86,6 +86,7 @@ class InputPiece:
     data: Box                    # the part of ``box`` read from the tensor; the rest is ``fill``
     fill: float                  # the access's fill value (0 unless the description says otherwise)
     zeroed: bool = False         # passed as zeros (a term partition-n-reduce counts on one worker only)
+    read: bool = True            # the description reads it (an expansion is passed unread inputs too)
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,7 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
     reducer: list[str | None] = [None] * n_out
     exchanges: list[int] = []
     fills: dict[int, float] = {}
+    unread: set[int] = set()
     for j, (choice, f, c) in enumerate(zip(choices, factors, coordinates(w, factors))):
         if choice.kind is ChoiceKind.FOLLOW:
             view, ins, out_origin = _follow(view, ins, out_origin, choice.dim, f, c)
@@ -179,6 +181,7 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
                 if r is None:
                     new_ins.append((p, origin, window, zeroed))
                     shapes.append(shape)
+                    unread.add(p)
                     continue
                 if any(map(any, r.pad)):
                     raise AnalysisError(f"{view.op}: a statistics exchange reading a halo cannot be composed")
@@ -226,7 +229,7 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
     for (p, origin, window, zeroed), shape in zip(ins, view.in_shapes):
         box = _box(origin, shape)
         data = tuple((max(a, c), max(max(a, c), min(b, d))) for (a, b), (c, d) in zip(box, window))
-        pieces.append(InputPiece(p, box, data, fills.get(p, 0.0), zeroed))
+        pieces.append(InputPiece(p, box, data, fills.get(p, 0.0), zeroed, p not in unread))
     outs = tuple(OutputPiece(_box(origin, shape), tuple(partial[o]), reducer[o])
                  for o, (origin, shape) in enumerate(zip(out_origin, view.out_shapes)))
     return WorkerCall(w, view.attrs, tuple(pieces), outs, tuple(exchanges))

@@ -10,11 +10,12 @@ follows every worker's own view, since border workers (a halo at the tensor's ed
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from tofu import registry
 from tofu.analysis.shard import ShardCall, shard_call
-from tofu.analysis.strategies import PartitionStrategy
+from tofu.analysis.strategies import PartialSum, PartitionStrategy, SplitDim
 from tofu.errors import AnalysisError
 from tofu.tdl.describe import describe
 
@@ -32,6 +33,26 @@ class NodeView:
     out_shapes: tuple[Shape, ...]
     inputs: tuple[int, ...]           # tensor ids, one per view input
     outputs: tuple[int, ...]
+    # where the view's inputs and outputs start in the whole tensors, for worker 0 of group 0 (None: at 0)
+    in_origins: tuple[Shape, ...] | None = None
+    out_origins: tuple[Shape, ...] | None = None
+    # per output: how many partial-sum classes earlier steps left (None: one each)
+    out_classes: tuple[int, ...] | None = None
+    # per input: passed as zeros (a term counted on another worker only, as a bias under a reduction split)
+    in_zeroed: tuple[bool, ...] | None = None
+    # computed whole at an earlier step: every worker of the group computes this view's whole output
+    done: bool = False
+
+    def zeroed(self, p: int) -> bool:
+        return self.in_zeroed is not None and self.in_zeroed[p]
+
+    def classes(self, o: int) -> int:
+        return self.out_classes[o] if self.out_classes is not None else 1
+
+    def origin(self, p: int, output: bool = False) -> Shape:
+        """The offset of the view's input (or output) ``p`` in its whole tensor."""
+        origins, shapes = (self.out_origins, self.out_shapes) if output else (self.in_origins, self.in_shapes)
+        return origins[p] if origins is not None else (0,) * len(shapes[p])
 
     @staticmethod
     def of(graph, node) -> "NodeView":
@@ -84,15 +105,55 @@ def clear_calls() -> None:
 
 def next_view(view: NodeView, s: PartitionStrategy, k: int, worker: int = 0) -> NodeView:
     """The op as ``worker``'s group sees it after the cut: MXNet's kernel call for its shard when there is
-    one, else the op on its regions (an expansion's statistics exchange recurs on the smaller problem)."""
-    if s.var.endswith("*"):        # computed whole on every worker: the same op again
-        return view
+    one, else the op on its regions (an expansion's statistics exchange recurs on the smaller problem); with
+    the origins of its pieces in the whole tensors (as :func:`tofu.analysis.compose.compose` places them)."""
+    if s.var.endswith("*"):        # computed whole on every worker: later cuts do not narrow it
+        return dataclasses.replace(view, done=True)
     desc = view.describe()
     call = None if s.exchanges else kernel_call(view.op, view.attrs, desc, s, worker)
-    outs = tuple(r.shape for r in s.output_regions[worker])
+    produced = s.output_regions[worker]
+    outs = tuple(r.shape for r in produced)
+    out_origins = tuple(tuple(o + (r.bounds[p.dim][0] if isinstance(p, SplitDim) and d == p.dim else 0)
+                              for d, o in enumerate(view.origin(i, True)))
+                        for i, (r, p) in enumerate(zip(produced, s.outputs)))
+    classes = tuple(view.classes(i) * (k if isinstance(p, PartialSum) else 1) for i, p in enumerate(s.outputs))
     if call is not None:
-        return NodeView(view.op, call.attrs, call.input_shapes(), outs if not call.crop else view.out_shapes,
-                        tuple(view.inputs[i] for i in call.inputs), view.outputs)
+        in_origins = tuple(tuple(o + lo - (pad[0] if call.padded else 0)
+                                 for o, (lo, _), pad in zip(view.origin(i), r.bounds, r.pad))
+                           for i, r in zip(call.inputs, call.regions))
+        zeroed = tuple(view.zeroed(i) or i in call.zeroed for i in call.inputs)
+        if call.crop:
+            outs, out_origins, classes = view.out_shapes, view.out_origins, view.out_classes
+        return NodeView(view.op, call.attrs, call.input_shapes(), outs, tuple(view.inputs[i] for i in call.inputs),
+                        view.outputs, in_origins, out_origins, classes, zeroed)
     # an input the strategy does not read keeps its shape (the op still takes it)
-    shapes = tuple(r.shape if r is not None else shape for r, shape in zip(s.input_regions[worker], view.in_shapes))
-    return NodeView(view.op, view.attrs, shapes, outs, view.inputs, view.outputs)
+    regions = s.input_regions[worker]
+    shapes = tuple(r.shape if r is not None else shape for r, shape in zip(regions, view.in_shapes))
+    in_origins = tuple(view.origin(i) if r is None else tuple(o + lo for o, (lo, _) in zip(view.origin(i), r.bounds))
+                       for i, r in enumerate(regions))
+    out_origins = tuple(tuple(o + lo for o, (lo, _) in zip(view.origin(i, True), r.bounds))
+                        for i, r in enumerate(produced))
+    zeroed = tuple(view.zeroed(i) or (worker > 0 and i in s.once_inputs) for i in range(len(regions)))
+    return NodeView(view.op, view.attrs, shapes, outs, view.inputs, view.outputs, in_origins, out_origins, classes,
+                    zeroed)
+
+
+def follow_view(view: NodeView, d: int | None, f: int, worker: int = 0) -> NodeView:
+    """A merged element-wise op after the cut: ``worker``'s slice along ``d`` of its same-shaped inputs and
+    output (its other inputs, a broadcast operand, unchanged)."""
+    if d is None:
+        return view
+    out = view.out_shapes[0]
+    step = out[d] // f
+
+    def cut(shape, origin):
+        if tuple(shape) != tuple(out):
+            return shape, origin
+        return (tuple(step if i == d else n for i, n in enumerate(shape)),
+                tuple(x + (worker * step if i == d else 0) for i, x in enumerate(origin)))
+
+    ins = [cut(s, view.origin(i)) for i, s in enumerate(view.in_shapes)]
+    outs = [cut(s, view.origin(i, True)) for i, s in enumerate(view.out_shapes)]
+    return NodeView(view.op, view.attrs, tuple(s for s, _ in ins), tuple(s for s, _ in outs), view.inputs,
+                    view.outputs, tuple(o for _, o in ins), tuple(o for _, o in outs), view.out_classes,
+                    view.in_zeroed)

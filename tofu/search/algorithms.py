@@ -155,6 +155,6 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                                 tuple((t.name, d) for t, d in zip(graph.tensors, s.tensor_dims)),
                                 tuple((n.name, OpChoice.of(st, s.tensor_dims[n.outputs[0]]))
                                       for n, st in zip(graph.nodes, s.strategies))) for s in steps)
-    memory = per_device_memory(graph, final)
+    memory = per_device_memory(graph, final, fetched=sum(s.kept_bytes for s in steps) / workers)
     return Plan(graph.name, workers, algo, plan_steps, float(total_cost(steps)), seconds,
                 tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))

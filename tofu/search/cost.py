@@ -1,29 +1,38 @@
-"""Cost model (PAPER.md, "Search"; DESIGN.md, decisions): bytes moved per training iteration by one cut.
+r"""Cost model (PAPER.md, "Search"; DESIGN.md, decisions): bytes moved per training iteration by one cut.
 
-Input: the graph, its coarsening, every tensor's shape at this step of the recursion, the cut's width k.
-Output: a :class:`~tofu.search.problem.CutProblem`.
+Input: the graph, its coarsening, every tensor's shape at this step of the recursion, every worker group's
+view of the ops and boxes of the tensors (one group, holding everything, at the first step), the cut's
+width k. Output: a :class:`~tofu.search.problem.CutProblem` whose costs are summed over the groups.
 
-Worker w holds H_w(t, d), the w-th of k equal slices of tensor t along its chosen dimension d (the whole
-tensor if t is replicated). An op run with strategy s needs, on worker w, the region R_w(s, i) of input i
-(tofu.analysis) and produces P_w(s, o) of output o. With |.| counting bytes and g(t) = 1 when t has a
-gradient (parameters and what is computed from them; not data, labels, auxiliary states nor what is computed
-from those alone, as a reshaped label or an RNN's zero begin state):
+In a group G, worker w holds H_w(t, d), the w-th of k equal slices along d of the box H_G(t) that G holds
+(all of it when t is replicated). An op run with strategy s needs, on worker w, the region R_w(s, i) of
+input i and produces P_w(s, o) of output o (tofu.analysis; in the whole tensor's coordinates, as the view
+places its pieces). With |.| counting elements, x bytes per element, and g(t) = 1 when t has a gradient
+(parameters and what is computed from them; not data, labels, auxiliary states nor what is computed from
+those alone, as a reshaped label or an RNN's zero begin state), the cost charged to (s, d) is
 
-    fetch       sum_w |R_w(s, i) \\ H_w(i, d_i)|                            x (1 + g(i))
-    replicated  2 (k - 1) / k sum_w |R_w(s, i)| g(i)   (the gradient parts of a replicated input all-reduced)
-    convert     sum_w |P_w(s, o) \\ H_w(o, d_o)|   (output split along d')  x (1 + g(o))
-    reduce      (k - 1) |o|                        (partial outputs)        x (1 + g(o))
-    replicate   (k - 1) |o| g(o)                   (backward: all-gather of the output's gradient)
-    exchange    2 (k - 1) |S|                      (all-reduce of a partial statistic S) x (1 + g(o))
+    input i     sum_w |R_w(s, i) \ H_w(i, d)| - |R_G(i) \ H_G(i)|                             x (1 + g(i))
+    parameter   sum_{w > 0} |R_w(s, i) & H_G(i)|    (replicated: read from the group's first worker)  x 2 g(i)
+    output o    sum_w (m |H_w(o, d)| - |H_w(o, d) & P_w(s, o)|) - (n |H_G(o)| - |H_G(o) & P_G(o)|)  x (1 + g(o))
+    exchange    2 (k - 1) |S|                      (all-reduce of a partial statistic S)          x (1 + g(o))
 
-Backward is the adjoint of forward: a fetched input region becomes a reduced gradient region, a
-reduce-scatter of partial outputs becomes an all-gather of the output gradient, a conversion is converted
-back. Tied ops (the timesteps of an RNN layer) that read the same tensor fetch it once per iteration (and
-reduce its gradient once), as a worker keeps what it fetched. The costs depend on a strategy and one
-tensor's choice each, so they are separable (problem.py). Strategies that cannot be run (by MXNet's kernel on
-the shards, or by the op's declared expansion when the strategy exchanges statistics) are excluded: the
-search finds them by checking what it chooses (``recursive._solve_runnable``) and passes them as
-``excluded``; when every strategy of an op is excluded, each output split is computed whole on every worker.
+The output term counts what every holder receives: its held box from each of the m partial-sum classes
+(m = n k when s reduces o, n the classes earlier cuts left; each class's pieces cover the tensor) but the
+part its own piece covers; a replicated holder receives it all (an all-gather; with partial sums, from
+every class). The subtracted terms are what the same count gave the group before this cut, so that the
+steps' costs add up to each worker's final pieces against its final held boxes, which is what the runtime
+moves (tests/oracle.py counts it independently). Backward is the adjoint of forward: a fetched input region
+becomes a reduced gradient region, a reduce-scatter of partial outputs an all-gather of the output
+gradient, a conversion is converted back. Auxiliary states and zeroed inputs (a bias that a reduction split
+counts on one worker) are never sent. Tied ops (the timesteps of an RNN layer) that read the same tensor
+fetch it once per iteration, as a worker keeps what it fetched; different ops reading the same piece are
+each charged (the runtime sends it once per device: the cost model bounds that from above).
+
+The costs depend on a strategy and one tensor's choice each, so they are separable (problem.py).
+Strategies that cannot be run (by MXNet's kernel on the shards, or by the op's declared expansion when the
+strategy exchanges statistics) are excluded: the search finds them by checking what it chooses
+(``recursive._solve_runnable``) and passes them as ``excluded``; when every strategy of an op is excluded,
+each output split is computed whole on every worker (and stays whole at later cuts).
 """
 from __future__ import annotations
 
@@ -38,7 +47,8 @@ import numpy as np
 from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, SplitDim, strategies
 from tofu.analysis.views import NodeView, kernel_call, next_view, runnable  # noqa: F401 (re-exported)
 from tofu.errors import SearchError, TofuError
-from tofu.graph.ir import Graph, Node
+from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
+from tofu.graph.memory import rule_for
 from tofu.search.coarsen import Coarsening
 from tofu.search.problem import CutProblem, OpGroup, TensorGroup
 from tofu.tdl.describe import describe
@@ -52,6 +62,14 @@ class CutIndex:
 
     node_strategies: tuple[tuple[PartitionStrategy, ...], ...]   # per node id (empty for merged ops)
     group_nodes: tuple[tuple[int, ...], ...]                     # per op group: its node ids
+    # per worker group, per node id: the same strategies as that group's view instantiates them
+    group_strategies: tuple[tuple[tuple[PartitionStrategy, ...], ...], ...] = ()
+    # per op group, per tensor group: [strategy][choice] forward bytes received and kept for the backward pass
+    kept: tuple[dict[int, list[list[float]]], ...] = ()
+
+    def kept_bytes(self, x, y) -> float:
+        """Bytes the cut's workers receive for their ops' inputs and keep until the backward pass."""
+        return sum(table[y[g]][x[tg]] for g, tables in enumerate(self.kept) for tg, table in tables.items())
 
 
 def choices(shape: Shape, k: int) -> tuple[int | None, ...]:
@@ -60,17 +78,41 @@ def choices(shape: Shape, k: int) -> tuple[int | None, ...]:
     return dims or (None,)
 
 
-def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape], views: Sequence[NodeView], k: int,
-              runnable_only: bool = True, excluded: frozenset = frozenset()) -> tuple[CutProblem, CutIndex]:
-    """The one-cut problem of ``graph`` for ``k`` workers, tensors held at ``shapes``, ops seen as ``views``.
+Box = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class GroupView:
+    """One worker group at a step of the recursion: every op as the group sees it (its shard, placed in the
+    whole tensors) and the box of every tensor the group holds (half-open, in the whole tensor)."""
+
+    views: tuple[NodeView, ...]      # per node id
+    held: tuple[Box, ...]            # per tensor id
+
+    @staticmethod
+    def whole(graph: Graph) -> "GroupView":
+        """The single group before the first cut: every op whole, every tensor held whole."""
+        return GroupView(tuple(NodeView.of(graph, n) for n in graph.nodes),
+                         tuple(tuple((0, n) for n in t.shape) for t in graph.tensors))
+
+
+def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
+              views: Sequence[NodeView] | Sequence[GroupView], k: int, runnable_only: bool = True,
+              excluded: frozenset = frozenset()) -> tuple[CutProblem, CutIndex]:
+    """The one-cut problem of ``graph`` for ``k`` workers inside every worker group: tensors held at
+    ``shapes`` (by every group, each its own box), ops seen as ``views`` (one group's, or every group's
+    :class:`GroupView`). A cost is the sum over the groups: they make the same choices but, at a later
+    step, differ in where their pieces lie against what they hold.
 
     ``excluded`` holds the :func:`strategy_key` of strategies found not runnable (see ``recursive.search``:
     runnability is checked on the strategies a solution chooses, and the cut solved again without the ones
-    that fail, which gives the optimum over runnable strategies at a fraction of the checks).
+    that fail, which gives the optimum over runnable strategies at a fraction of the checks). A strategy
+    some group cannot use is not offered.
 
     Raises:
         SearchError: some op cannot be split k ways at these shapes (no strategy applies).
     """
+    groups = _as_groups(graph, shapes, views)
     members: dict[int, list[int]] = {}
     for t in graph.tensors:
         members.setdefault(coarse.tensor_group[t.id], []).append(t.id)
@@ -87,42 +129,78 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape], views: 
             group_nodes.setdefault(coarse.op_group[node.id], []).append(node.id)
     order = sorted(group_nodes, key=lambda g: group_nodes[g][0])
     node_strategies: list[tuple[PartitionStrategy, ...]] = [()] * len(graph.nodes)
+    by_group: list[list[tuple[PartitionStrategy, ...]]] = [[()] * len(graph.nodes) for _ in groups]
     ops = []
+    tensor_group = coarse.tensor_group
+    kept_tables = []
     for new_id, g in enumerate(order):
         nodes = group_nodes[g]
-        const = None
-        terms: dict[int, np.ndarray] = {}
-        fetched: set[tuple[int, int]] = set()
+        const: list[float] | None = None
+        terms: dict[int, list[list[float]]] = {}
+        kept: dict[int, list[list[float]]] = {}     # forward bytes received that the op keeps for backward
+        fetched: set[tuple[int, int, int]] = set()
         names = kinds = produces = None
         for nid in nodes:
             node = graph.nodes[nid]
-            options = node_options(graph, node, views[nid], k, runnable_only, excluded)
+            per_group = [node_options(graph, node, group.views[nid], k, runnable_only, excluded, group.held)
+                         for group in groups]
+            if len(per_group) == 1:
+                options, aligned = list(per_group[0]), per_group
+            else:
+                keys = [{(o.strategy.var, o.strategy.kind): o for o in opts} for opts in per_group]
+                options = [o for o in per_group[0] if all((o.strategy.var, o.strategy.kind) in m for m in keys)]
+                aligned = [[m[(o.strategy.var, o.strategy.kind)] for o in options] for m in keys]
+            if not options:
+                raise SearchError(f"node '{node.name}' ({node.op}): no strategy fits every worker group")
             node_strategies[nid] = tuple(o.strategy for o in options)
+            for gi, row in enumerate(aligned):
+                by_group[gi][nid] = tuple(o.strategy for o in row)
             if const is None:
-                const = np.zeros(len(options))
+                const = [0.0] * len(options)
                 names = tuple(o.strategy.var for o in options)
                 kinds = tuple(o.strategy.kind for o in options)
-                produces = tuple(tuple((coarse.tensor_group[t], p.dim if isinstance(p, SplitDim) else None)
+                produces = tuple(tuple((tensor_group[t], p.dim if isinstance(p, SplitDim) else None)
                                        for t, p in zip(node.outputs, o.strategy.outputs)) for o in options)
             elif tuple(o.strategy.var for o in options) != names:
                 raise SearchError(f"tied ops of group '{graph.nodes[nodes[0]].name}' differ in strategies")
-            n_inputs = len(views[nid].inputs)
-            for s, o in enumerate(options):
-                const[s] += o.const
-                for p, (t, per_dim) in enumerate(o.terms):
-                    if p < n_inputs and (t, s) in fetched:
-                        continue        # a tied op reads the same tensor (an RNN weight): fetched once
-                    if p < n_inputs:
-                        fetched.add((t, s))
-                    tg = coarse.tensor_group[t]
-                    row = [per_dim[d] for d in tgroups[tg].choices]
-                    terms.setdefault(tg, np.zeros((len(options), len(row))))[s] += row
+            keeps = rule_for(node).keeps_inputs
+            for gi, (row, group) in enumerate(zip(aligned, groups)):
+                n_inputs = len(group.views[nid].inputs)
+                for s, o in enumerate(row):
+                    const[s] += o.const
+                    for p, (t, per_dim) in enumerate(o.terms):
+                        if p < n_inputs:
+                            if (t, s, gi) in fetched:
+                                continue    # a tied op reads the same tensor (an RNN weight): fetched once
+                            fetched.add((t, s, gi))
+                        _add(terms, tensor_group[t], tgroups, len(options), s, per_dim)
+                        if p < n_inputs and keeps:
+                            _add(kept, tensor_group[t], tgroups, len(options), s, o.fetched[p][1])
         ops.append(OpGroup(new_id, graph.nodes[nodes[0]].name, names, kinds, tuple(float(c) for c in const),
                            tuple((t, tuple(tuple(float(v) for v in r) for r in table))
                                  for t, table in terms.items()),
                            produces, nodes[0]))
+        kept_tables.append(kept)
     problem = CutProblem(k, tuple(tgroups), tuple(ops))
-    return problem, CutIndex(tuple(node_strategies), tuple(tuple(group_nodes[g]) for g in order))
+    return problem, CutIndex(tuple(node_strategies), tuple(tuple(group_nodes[g]) for g in order),
+                             tuple(tuple(row) for row in by_group), tuple(kept_tables))
+
+
+def _add(tables: dict, tg: int, tgroups, n_options: int, s: int, per_dim: dict) -> None:
+    dims = tgroups[tg].choices
+    table = tables.get(tg)
+    if table is None:
+        table = tables[tg] = [[0.0] * len(dims) for _ in range(n_options)]
+    entries = table[s]
+    for e, d in enumerate(dims):
+        entries[e] += per_dim[d]
+
+
+def _as_groups(graph: Graph, shapes: Sequence[Shape], views) -> list[GroupView]:
+    """``views`` as worker groups: a plain list of views is one group holding ``shapes`` from the origin."""
+    if views and isinstance(views[0], GroupView):
+        return list(views)
+    return [GroupView(tuple(views), tuple(tuple((0, n) for n in shape) for shape in shapes))]
 
 
 def _nbytes(graph: Graph, t: int, shapes: Sequence[Shape]) -> int:
@@ -137,6 +215,7 @@ class Option:
     strategy: PartitionStrategy
     const: float
     terms: tuple[tuple[int, dict], ...]
+    fetched: tuple[tuple[int, dict], ...] = ()    # per input tensor: forward bytes received, per dimension
 
 
 def strategy_key(view: NodeView, s: PartitionStrategy) -> tuple:
@@ -144,111 +223,207 @@ def strategy_key(view: NodeView, s: PartitionStrategy) -> tuple:
 
 
 def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only: bool = True,
-                 excluded: frozenset = frozenset()) -> tuple[Option, ...]:
+                 excluded: frozenset = frozenset(), held: Sequence[Box] | None = None) -> tuple[Option, ...]:
     """The strategies ``node`` (seen as ``view``) can use, with their costs; without the excluded ones, and
-    when none is left, each output split computed whole on every worker (always runnable)."""
+    when none is left, each output split computed whole on every worker (always runnable). ``held``: the
+    box of every tensor (by id) that the group holds (default: the view's own pieces, as at the first step)."""
     ids = view.inputs + view.outputs
-    grads = tuple(t in graph.with_gradient for t in ids)
-    items = tuple(np.dtype(graph.tensors[t].dtype).itemsize for t in ids)
+    info = _tensor_info(graph)
+    grads = tuple(info.grads[t] for t in ids)
+    items = tuple(info.items[t] for t in ids)
+    roles = tuple(info.roles[t] for t in ids)
+    if view.in_zeroed is not None:      # a zeroed input is not read: it costs nothing, as state
+        roles = tuple(_AUX if z else r for r, z in zip(roles, view.in_zeroed)) + roles[len(view.inputs):]
+    if held is None:
+        boxes = tuple(tuple((0, n) for n in shape) for shape in view.in_shapes + view.out_shapes)
+    else:
+        origins = (view.in_origins or tuple((0,) * len(s) for s in view.in_shapes)) + \
+            (view.out_origins or tuple((0,) * len(s) for s in view.out_shapes))
+        boxes = tuple(tuple((lo - o, hi - o) for o, (lo, hi) in zip(origin, held[t]))
+                      for t, origin in zip(ids, origins))
     try:
-        found, whole = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, grads, items)
+        found, whole = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, grads, items, roles, boxes,
+                               view.out_classes or (1,) * len(view.outputs), view.done)
     except TofuError as e:
         raise SearchError(f"node '{node.name}' ({node.op}): {e}") from None
     costed = [c for c in found if not (runnable_only and strategy_key(view, c[0]) in excluded)] or whole
     if not costed:
         raise SearchError(f"node '{node.name}' ({node.op}) cannot be split {k} ways at input shapes "
                           f"{list(view.in_shapes)}: no dimension or strategy divides evenly")
-    return tuple(Option(s, const, tuple((ids[p], per_dim) for p, per_dim in enumerate(tables)))
-                 for s, const, tables in costed)
+    return tuple(Option(s, const, tuple((ids[p], per_dim) for p, per_dim in enumerate(tables)),
+                        tuple((ids[p], per_dim) for p, per_dim in enumerate(fetched)))
+                 for s, const, tables, fetched in costed)
 
 
-def build_runnable_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape], views: Sequence[NodeView],
-                       k: int) -> tuple[CutProblem, CutIndex]:
+_AUX, _PARAM, _COMPUTED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class _TensorInfo:
+    grads: tuple[bool, ...]       # per tensor id: g(t)
+    items: tuple[int, ...]        # bytes per element
+    roles: tuple[int, ...]
+
+
+_INFO: dict[int, tuple[Graph, _TensorInfo]] = {}
+
+
+def _tensor_info(graph: Graph) -> _TensorInfo:
+    """Per tensor what its costs need, computed once per graph."""
+    hit = _INFO.get(id(graph))
+    if hit is None or hit[0] is not graph:
+        info = _TensorInfo(tuple(t.id in graph.with_gradient for t in graph.tensors),
+                           tuple(np.dtype(t.dtype).itemsize for t in graph.tensors),
+                           tuple(_role(t) for t in graph.tensors))
+        if len(_INFO) > 64:
+            _INFO.clear()
+        hit = _INFO[id(graph)] = (graph, info)
+    return hit[1]
+
+
+def _role(tensor) -> int:
+    """Auxiliary states are never sent (every device keeps the box its op reads); a tensor without a producer
+    (a parameter) is held once per box, so its replicas' gradients are all-reduced by its readers."""
+    if tensor.role is Role.AUX:
+        return _AUX
+    return _PARAM if tensor.role is Role.PARAM else _COMPUTED
+
+
+def build_runnable_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
+                       views: Sequence[NodeView] | Sequence[GroupView], k: int) -> tuple[CutProblem, CutIndex]:
     """:func:`build_cut` with every strategy checked for runnability first (for the reference solvers)."""
     excluded = set()
-    for node in graph.nodes:
-        if coarse.op_group[node.id] < 0:
-            continue
-        view = views[node.id]
-        desc = describe(view.op, view.attrs, view.in_shapes, view.out_shapes)
-        for o in node_options(graph, node, view, k, runnable_only=False):
-            if not runnable(view.op, view.attrs, desc, o.strategy):
-                excluded.add(strategy_key(view, o.strategy))
+    for group in _as_groups(graph, shapes, views):
+        for node in graph.nodes:
+            if coarse.op_group[node.id] < 0:
+                continue
+            view = group.views[node.id]
+            desc = describe(view.op, view.attrs, view.in_shapes, view.out_shapes)
+            for o in node_options(graph, node, view, k, runnable_only=False):
+                if not runnable(view.op, view.attrs, desc, o.strategy):
+                    excluded.add(strategy_key(view, o.strategy))
     return build_cut(graph, coarse, shapes, views, k, True, frozenset(excluded))
 
 
-def runnable_options(graph: Graph, node: Node, view: NodeView, k: int) -> tuple[Option, ...]:
-    """The options of ``node`` that MXNet can run, checked eagerly (the search checks lazily, with the same
-    optimum; see ``recursive._solve_runnable``): when none can, each output split computed whole."""
-    options = node_options(graph, node, view, k, runnable_only=False)
+def not_runnable(graph: Graph, node: Node, view: NodeView, k: int) -> frozenset:
+    """The :func:`strategy_key` of every strategy of ``node`` (seen as ``view``) that MXNet cannot run."""
     desc = describe(view.op, view.attrs, view.in_shapes, view.out_shapes)
-    kept = tuple(o for o in options if runnable(view.op, view.attrs, desc, o.strategy))
-    if kept:
-        return kept
-    excluded = frozenset(strategy_key(view, o.strategy) for o in options)
-    return node_options(graph, node, view, k, True, excluded)
+    return frozenset(strategy_key(view, o.strategy) for o in node_options(graph, node, view, k, runnable_only=False)
+                     if not runnable(view.op, view.attrs, desc, o.strategy))
 
 
 @lru_cache(maxsize=65536)
-def _costed(op, attrs, ins, outs, k, grads, items):
+def _costed(op, attrs, ins, outs, k, grads, items, roles, held, classes, done=False):
     """The strategies of one op signature with their costs (shared by all nodes of that signature), and the
     same output splits computed whole on every worker (the fallback when none of them can run)."""
-    desc = describe(op, attrs, ins, outs)
-    found = strategies(desc, k)
-    whole = tuple(_computed_whole(s) for s in found if s.kind == "output")
-    return _with_costs(found, ins, outs, k, grads, items), _with_costs(whole, ins, outs, k, grads, items)
+    found, whole = _strategies(op, attrs, ins, outs, k)
+    args = (ins, outs, k, grads, items, roles, held, classes, done)
+    if done and whole:          # computed whole at an earlier cut: it stays whole
+        return _with_costs(op, whole, *args), ()
+    return _with_costs(op, found, *args), _with_costs(op, whole, *args)
 
 
-def _with_costs(found, ins, outs, k, grads, items):
+@lru_cache(maxsize=16384)
+def _strategies(op, attrs, ins, outs, k):
+    """An op signature's strategies for k workers, and its output splits computed whole (shared by every
+    group and held box the signature is costed against)."""
+    found = strategies(describe(op, attrs, ins, outs), k)
+    return found, tuple(_computed_whole(s) for s in found if s.kind == "output")
+
+
+def _with_costs(op, found, ins, outs, k, grads, items, roles, held, classes, done):
+    """Costs in the view's coordinates: ``held`` is the box of each tensor that the group holds (the view's
+    whole box at the first step; after it, the tensor's held slice placed where the view's piece starts).
+    Worker w holds H_w(d), the w-th slice of that box along d (all of it when replicated). What earlier steps
+    charged the group (its pieces against its held boxes) is subtracted, so that the steps' costs add up to
+    every worker's final pieces against its final held boxes."""
     result = []
     n_in = len(ins)
     for s in found:
         const = 0.0
-        tables = []
+        tables, fetched = [], []
         for i, shape in enumerate(ins):
-            regions = [w[i] for w in s.input_regions]
-            table = {d: _moved(regions, shape, d, k) * items[i] * (1 + grads[i]) for d in range(len(shape))}
-            # replicated: reading is free, but the workers' gradient parts are all-reduced
-            read = sum(r.size for r in regions if r is not None)
-            table[None] = 2 * (k - 1) / k * read * items[i] * grads[i]
-            tables.append(table)
-        for o, (shape, placement) in enumerate(zip(outs, s.outputs)):
-            g, size = grads[n_in + o], math.prod(shape) * items[n_in + o]
-            gather = (k - 1) * size * (1 + g)        # every worker needs all of a replicated output
-            if isinstance(placement, SplitDim):
-                produced = [w[o] for w in s.output_regions]
-                table = {d: _moved(produced, shape, d, k) * items[n_in + o] * (1 + g) for d in range(len(shape))}
-                tables.append({**table, None: gather})
+            box = held[i]
+            if roles[i] == _AUX:
+                tables.append(dict.fromkeys((*range(len(shape)), None), 0.0))
+                fetched.append(tables[-1])
                 continue
-            partial = isinstance(placement, PartialSum)
-            tables.append({**{d: 0.0 for d in range(len(shape))}, None: gather if partial else 0.0})
-            const += (k - 1) * size * ((1 + g) if partial else g)
+            regions = [None if w and i in s.once_inputs else r[i] for w, r in enumerate(s.input_regions)]
+            pieces = [r.bounds if r is not None else None for r in regions]
+            read = sum(r.size for r in regions if r is not None)
+            before = math.prod(shape) - _overlap(_whole(shape), box) if read else 0
+            held_read = _overlaps(pieces, box, k)
+            scale = items[i] * (1 + grads[i])
+            received = {d: (read - v - before) * items[i] for d, v in held_read.items()}
+            if roles[i] == _PARAM:     # a replicated parameter is held by the group's first worker: the
+                # others read it from there and send their gradient parts back
+                first = _overlap(pieces[0], box) if pieces[0] is not None else 0
+                received[None] += (held_read[None] - first) * items[i]
+            fetched.append(received)
+            tables.append({d: v * (1 + grads[i]) for d, v in received.items()})
+        for o, (shape, placement) in enumerate(zip(outs, s.outputs)):
+            # every holder h receives its held box H_h from each of the m partial-sum classes (each class's
+            # pieces cover the tensor) but the part its own piece P_h covers: sum_h m |H_h| - |H_h & P_h|
+            box, view = held[n_in + o], _whole(shape)
+            n = classes[o]
+            m = n * k if isinstance(placement, PartialSum) else n
+            if isinstance(placement, SplitDim) and not done:
+                produced = [w[o].bounds for w in s.output_regions]
+                if op in LOSS_OPS and s.var.endswith("*"):   # computed whole: the first worker's copy is read
+                    produced = [view] + [None] * (k - 1)
+            elif op in LOSS_OPS and done:
+                produced = [view] + [None] * (k - 1)
+            else:                                            # a partial sum, or the whole output, everywhere
+                produced = [view] * k
+            size = _size(box)
+            before = n * size - _overlap(view, box)          # the same count for the group before the cut
+            own = _overlaps(produced, box, k)
+            scale = items[n_in + o] * (1 + grads[n_in + o])
+            tables.append({d: ((k if d is None else 1) * m * size - v - before) * scale for d, v in own.items()})
         for n in s.exchange_elements:          # all-reduce of each partial statistic, and of its gradient
             const += 2 * (k - 1) * n * items[n_in] * (1 + grads[n_in])
-        result.append((s, const, tuple(tables)))
+        result.append((s, const, tuple(tables), tuple(fetched)))
     return tuple(result)
 
 
-def _moved(regions: Sequence[Region | None], shape: Shape, d: int | None, k: int) -> int:
-    """Elements of the workers' regions that they do not hold when the tensor is split k ways along d
-    (slice w is [w n / k, (w + 1) n / k) rounded down, so uneven extents split as evenly as they can)."""
-    total = 0
-    for w, r in enumerate(regions):
-        if r is None:
+def _overlaps(pieces, box, k: int) -> dict:
+    """For every dimension d, and None: sum_w |pieces[w] & H_w(d)|, with H_w(d) the w-th of k slices of the
+    half-open ``box`` along d ([w n / k, (w + 1) n / k) rounded down; all of it for None); pieces are
+    inclusive bounds (None: nothing)."""
+    nd = len(box)
+    out = dict.fromkeys((*range(nd), None), 0)
+    for w, p in enumerate(pieces):
+        if p is None:
             continue
-        held = r.size
-        if d is not None:
-            a, b = r.bounds[d]
-            lo, hi = w * shape[d] // k, (w + 1) * shape[d] // k - 1
-            overlap = max(0, min(b, hi) - max(a, lo) + 1)
-            held = r.size // (b - a + 1) * overlap
-        total += r.size - held
-    return total
+        ov = [max(0, min(b, hi - 1) - max(a, lo) + 1) for (a, b), (lo, hi) in zip(p, box)]
+        out[None] += math.prod(ov)
+        for d in range(nd):
+            (a, b), (lo, hi) = p[d], box[d]
+            n = hi - lo
+            cut = max(0, min(b, lo + (w + 1) * n // k - 1) - max(a, lo + w * n // k) + 1)
+            if cut:
+                out[d] += cut * math.prod(ov[:d]) * math.prod(ov[d + 1:])
+    return out
+
+
+def _whole(shape: Shape) -> tuple[tuple[int, int], ...]:
+    return tuple((0, n - 1) for n in shape)
+
+
+def _size(box) -> int:
+    return math.prod(max(0, hi - lo) for lo, hi in box)
+
+
+def _overlap(bounds, box) -> int:
+    """Elements of the inclusive ``bounds`` inside the half-open ``box``."""
+    return math.prod(max(0, min(b, hi - 1) - max(a, lo) + 1) for (a, b), (lo, hi) in zip(bounds, box))
 
 
 def _computed_whole(s: PartitionStrategy) -> PartitionStrategy:
     """``s``'s output split, computed redundantly: each worker reads whole inputs and keeps its slice
     (MXNet's kernel runs unchanged; named ``var*``)."""
-    whole = tuple(None if r is None else Region(tuple((0, n - 1) for n in shape), tuple((0, 0) for _ in shape))
-                  for r, shape in zip(s.input_regions[0], s.input_shapes))
-    return dataclasses.replace(s, var=s.var + "*", input_regions=tuple(whole for _ in range(s.k)))
+    read = [any(w[i] is not None for w in s.input_regions) for i in range(len(s.input_shapes))]
+    whole = tuple(Region(tuple((0, n - 1) for n in shape), tuple((0, 0) for _ in shape)) if r else None
+                  for r, shape in zip(read, s.input_shapes))
+    return dataclasses.replace(s, var=s.var + "*", input_regions=tuple(whole for _ in range(s.k)), exchanges=(),
+                               exchange_elements=())

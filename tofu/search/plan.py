@@ -26,7 +26,7 @@ PLAN_VERSION = 2
 class PlanStep:
     factor: int                                   # workers per group this step splits into
     groups: int                                   # identical groups the step runs in (F_j)
-    cost_bytes: float                             # d_j: bytes moved in one group
+    cost_bytes: float                             # d_j: bytes the step adds, over all its groups
     tensor_dims: tuple[tuple[str, int | None], ...]   # tensor name -> split dimension (None: replicated)
     op_choices: tuple[tuple[str, OpChoice], ...]      # node name -> what the op does at this step
 
@@ -42,7 +42,7 @@ class Plan:
     workers: int
     algo: str
     steps: tuple[PlanStep, ...]
-    comm_bytes: float                             # sum_j F_j d_j
+    comm_bytes: float                             # sum_j d_j
     search_seconds: float
     per_device_bytes: tuple[tuple[str, int], ...]  # memory category -> bytes on one device
     coarsening: tuple[tuple[str, int], ...]
@@ -144,9 +144,11 @@ class Plan:
 
 
 def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
-                      estimate: MemoryEstimate | None = None) -> dict[str, int]:
+                      estimate: MemoryEstimate | None = None, fetched: float = 0.0) -> dict[str, int]:
     """Each device's training memory under a plan: every category of the single-device estimate scaled by the
-    fraction of its tensors' bytes that one device holds at the end of the recursion."""
+    fraction of its tensors' bytes that one device holds at the end of the recursion, plus ``fetched``: the
+    remote regions a device receives for its ops' inputs and keeps until the backward pass (all alive when
+    the forward pass ends, where activations peak; the plan's total over its devices, divided evenly)."""
     estimate = estimate or estimate_training_memory(graph)
 
     def fraction(roles: tuple[Role, ...]) -> float:
@@ -157,6 +159,7 @@ def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
     p, a = fraction((Role.PARAM,)), fraction((Role.ACTIVATION, Role.DATA, Role.LABEL))
     out = {"params": int(estimate.params * p), "grads": int(estimate.grads * p),
            "optimizer": int(estimate.optimizer * p), "aux": int(estimate.aux * fraction((Role.AUX,))),
-           "activations": int(estimate.activations * a), "workspace": int(estimate.workspace * a)}
+           "activations": int(estimate.activations * a), "fetched": int(fetched),
+           "workspace": int(estimate.workspace * a)}
     out["total"] = sum(out.values())
     return out

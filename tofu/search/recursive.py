@@ -3,14 +3,18 @@
 Input: a Graph, the number of workers k and a one-cut solver. Output: the sequence of cuts.
 
 For k = f_1 f_2 ... f_m (powers of two first, then the other prime factors ascending), step j cuts every
-tensor f_j ways inside each of the F_j = f_1 ... f_{j-1} identical worker groups left by the earlier steps.
-After a cut the groups are identical, so the search continues on one of them: every tensor is held cut
-along its chosen dimension, and every op is its shard (the attributes and shapes MXNet's kernel runs it
-with, as worker 0 of the group sees them). The total communication is
+tensor f_j ways inside each of the F_j = f_1 ... f_{j-1} worker groups left by the earlier steps, all groups
+making the same choice. After a cut every tensor is held cut along its chosen dimension and every op is its
+shard (the attributes and shapes MXNet's kernel runs it with); the groups' shards have the same shapes but
+lie at different places against what each group holds (and border groups of a halo split differ), so each
+group keeps its own views and held boxes (:class:`~tofu.search.cost.GroupView`) and step j's cost d_j sums
+over them. The total communication is
 
-    total = sum_j F_j d_j          (d_1 + 2 d_2 + 4 d_3 + ... for k = 2^m)
+    total = sum_j d_j
 
-with d_j the optimal cost of step j's cut for one group. A flat search is the single step f_1 = k.
+which counts every worker's final pieces against its final held boxes (cost.py). A flat search is the
+single step f_1 = k. Each step is optimal for itself given the earlier ones; the sequence need not be
+optimal over all sequences (a cheap cut can force conversions at later cuts: docs/search.md).
 """
 from __future__ import annotations
 
@@ -20,10 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tofu.analysis.strategies import PartitionStrategy
+from tofu.analysis.views import follow_view
 from tofu.errors import SearchError
 from tofu.graph.ir import Graph, Role
 from tofu.search.coarsen import Coarsening, coarsen
-from tofu.search.cost import (CutIndex, NodeView, build_cut, build_runnable_cut, choices, next_view,
+from tofu.search.cost import (CutIndex, GroupView, NodeView, build_cut, build_runnable_cut, choices, next_view,
                               node_options, runnable, strategy_key)
 from tofu.search.dp import solve_dp
 from tofu.search.problem import CutProblem, CutSolution
@@ -64,7 +69,8 @@ class CutStep:
     op_vars: tuple[str, ...]                 # per node id: the split index variable
     shapes: tuple[Shape, ...]                # per tensor id, held at this step (before the cut)
     strategies: tuple[PartitionStrategy | None, ...] = ()   # per node id (None: a merged element-wise op)
-    views: tuple[NodeView, ...] = ()         # per node id: the op as this step's groups see it
+    views: tuple[NodeView, ...] = ()         # per node id: the op as the first group sees it
+    kept_bytes: float = 0.0                  # forward bytes received for inputs kept for the backward pass
 
     @property
     def cost(self) -> float:
@@ -77,9 +83,8 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
     (once per cut with ``eager``: every strategy checked for runnability before solving)."""
     coarse = coarse or coarsen(graph)
     shapes = [t.shape for t in graph.tensors]
-    views = [NodeView.of(graph, n) for n in graph.nodes]
+    groups = [GroupView.whole(graph)]
     steps = []
-    groups = 1
     for j, f in enumerate(factors):
         for t in graph.by_role(Role.DATA):       # the model's input must split, or the cut is meaningless
             if choices(shapes[t.id], f) == (None,):
@@ -87,55 +92,57 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
                                   f"{t.shape}: at cut {j + 1} ({f}-way) no dimension of {shapes[t.id]} "
                                   f"divides by {f}")
         if eager and runnable_only:
-            problem, index = build_runnable_cut(graph, coarse, shapes, views, f)
+            problem, index = build_runnable_cut(graph, coarse, shapes, groups, f)
             solution = solver(problem)
         else:
-            problem, index, solution = _solve_runnable(graph, coarse, shapes, views, f, solver, runnable_only)
+            problem, index, solution = _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only)
         dims = tuple(problem.tensors[coarse.tensor_group[t.id]].choices[solution.x[coarse.tensor_group[t.id]]]
                      for t in graph.tensors)
         group_of = {nid: g for g, nodes in enumerate(index.group_nodes) for nid in nodes}
         chosen = tuple(index.node_strategies[n.id][solution.y[group_of[n.id]]] if n.id in group_of else None
                        for n in graph.nodes)
-        op_vars, next_views = _apply(graph, coarse, problem, solution, index, views, dims, f)
-        log.info("step %d: %d-way cut, %d groups, %.3g bytes per group", j + 1, f, groups, solution.cost)
-        steps.append(CutStep(f, groups, problem, solution, dims, op_vars, tuple(shapes), chosen, tuple(views)))
-        views = next_views
+        op_vars, next_groups = _apply(graph, solution, index, groups, dims, f, last=j == len(factors) - 1)
+        log.info("step %d: %d-way cut in %d groups, %.3g bytes", j + 1, f, len(groups), solution.cost)
+        steps.append(CutStep(f, len(groups), problem, solution, dims, op_vars, tuple(shapes), chosen,
+                             groups[0].views, index.kept_bytes(solution.x, solution.y)))
+        groups = next_groups
         shapes = [_cut(s, d, f) for s, d in zip(shapes, dims)]
-        groups *= f
     return tuple(steps)
 
 
-def _solve_runnable(graph, coarse, shapes, views, f, solver, runnable_only):
+def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only):
     """Solves one cut over the strategies MXNet can run. Checking runnability is costly (shape inference and
-    a proof per worker), so only the chosen strategies are checked; failing ones are excluded and the cut
-    solved again. The result is optimal over the runnable strategies: it is optimal over a superset and uses
-    runnable strategies only. Statistics exchanges, which are cheap and so often chosen but need an expansion
-    (SoftmaxOutput has none), are checked up front: that costs a lookup, not a proof."""
+    a proof per worker), so only the chosen strategies are checked (on every group's view); failing ones are
+    excluded and the cut solved again. The result is optimal over the runnable strategies: it is optimal
+    over a superset and uses runnable strategies only. Statistics exchanges, which are cheap and so often
+    chosen but need an expansion (SoftmaxOutput has none), are checked up front: that costs a lookup."""
     excluded: set = set()
     if runnable_only:
         seen = set()
-        for node in graph.nodes:
-            view = views[node.id]
-            if coarse.op_group[node.id] < 0 or view in seen:
-                continue
-            seen.add(view)
-            for o in node_options(graph, node, view, f, runnable_only=False):
-                s = o.strategy
-                if s.exchanges and not runnable(view.op, view.attrs, _describe(view), s):
-                    excluded.add(strategy_key(view, s))
+        for group in groups:
+            for node in graph.nodes:
+                view = group.views[node.id]
+                if coarse.op_group[node.id] < 0 or view in seen:
+                    continue
+                seen.add(view)
+                for o in node_options(graph, node, view, f, runnable_only=False):
+                    s = o.strategy
+                    if s.exchanges and not runnable(view.op, view.attrs, _describe(view), s):
+                        excluded.add(strategy_key(view, s))
     while True:
-        problem, index = build_cut(graph, coarse, shapes, views, f, runnable_only, frozenset(excluded))
+        problem, index = build_cut(graph, coarse, shapes, groups, f, runnable_only, frozenset(excluded))
         solution = solver(problem)
         if not runnable_only:
             return problem, index, solution
         failing = set()
         for g, nodes in enumerate(index.group_nodes):
-            s = index.node_strategies[nodes[0]][solution.y[g]]
-            view = views[nodes[0]]
-            if not s.var.endswith("*") and not runnable(view.op, view.attrs, _describe(view), s):
-                # one of this op's strategies fails: check its others now rather than one re-solve each
-                failing |= {strategy_key(view, o) for o in index.node_strategies[nodes[0]]
-                            if not runnable(view.op, view.attrs, _describe(view), o)}
+            for group, by_node in zip(groups, index.group_strategies):
+                s = by_node[nodes[0]][solution.y[g]]
+                view = group.views[nodes[0]]
+                if not s.var.endswith("*") and not runnable(view.op, view.attrs, _describe(view), s):
+                    # one of this op's strategies fails: check its others now rather than one re-solve each
+                    failing |= {strategy_key(view, o) for o in by_node[nodes[0]]
+                                if not runnable(view.op, view.attrs, _describe(view), o)}
         if not failing:
             return problem, index, solution
         log.info("cut %d-way: %d chosen strategies cannot run (%s); solving again without them", f, len(failing),
@@ -148,8 +155,8 @@ def _describe(view: NodeView):
 
 
 def total_cost(steps: tuple[CutStep, ...]) -> float:
-    """sum_j F_j d_j."""
-    return sum(s.groups * s.cost for s in steps)
+    """sum_j d_j: each step's cost is already summed over its groups."""
+    return sum(s.cost for s in steps)
 
 
 def _cut(shape: Shape, d: int | None, f: int) -> Shape:
@@ -158,20 +165,37 @@ def _cut(shape: Shape, d: int | None, f: int) -> Shape:
     return tuple(n // f if i == d else n for i, n in enumerate(shape))
 
 
-def _apply(graph: Graph, coarse: Coarsening, problem: CutProblem, solution: CutSolution, index: CutIndex,
-           views: list[NodeView], dims: tuple[int | None, ...], f: int):
-    """Each node's split variable and its view for the next step."""
-    op_vars, new_views = [], []
+def _apply(graph: Graph, solution: CutSolution, index: CutIndex, groups: list[GroupView],
+           dims: tuple[int | None, ...], f: int, last: bool = False):
+    """Each node's split variable, and (unless ``last``) the worker groups of the next step: member c of
+    group G is group G f + c (the first step's groups vary slowest, as
+    :func:`tofu.analysis.compose.coordinates` numbers workers), with its own views and held boxes."""
     group_of = {nid: g for g, nodes in enumerate(index.group_nodes) for nid in nodes}
+    op_vars = []
     for node in graph.nodes:
-        view = views[node.id]
-        if node.id not in group_of:      # a merged element-wise op follows its tensors' split
+        if node.id in group_of:
+            op_vars.append(index.node_strategies[node.id][solution.y[group_of[node.id]]].var)
+        else:
             d = dims[node.outputs[0]]
             op_vars.append(f"dim{d}" if d is not None else "replicate")
-            new_views.append(NodeView(view.op, view.attrs, tuple(_cut(s, d, f) for s in view.in_shapes),
-                                      tuple(_cut(s, d, f) for s in view.out_shapes), view.inputs, view.outputs))
-            continue
-        s = index.node_strategies[node.id][solution.y[group_of[node.id]]]
-        op_vars.append(s.var)
-        new_views.append(next_view(view, s, f))
-    return tuple(op_vars), new_views
+    new_groups: list[GroupView] = []
+    for group, by_node in zip(groups if not last else (), index.group_strategies):
+        for c in range(f):
+            views = []
+            for node in graph.nodes:
+                view = group.views[node.id]
+                if node.id in group_of:
+                    views.append(next_view(view, by_node[node.id][solution.y[group_of[node.id]]], f, c))
+                else:                   # a merged element-wise op follows its tensors' split
+                    views.append(follow_view(view, dims[node.outputs[0]], f, c))
+            held = tuple(_slice_box(box, d, f, c) for box, d in zip(group.held, dims))
+            new_groups.append(GroupView(tuple(views), held))
+    return tuple(op_vars), new_groups
+
+
+def _slice_box(box, d: int | None, f: int, c: int):
+    if d is None:
+        return box
+    lo, hi = box[d]
+    n = (hi - lo) // f
+    return tuple((lo + c * n, lo + (c + 1) * n) if e == d else b for e, b in enumerate(box))

@@ -9,7 +9,7 @@ One cut (problem.py):  min_{x, y} cost(x, y) = sum_g [ const[g][y_g] + sum_t T_g
 - :func:`solve_ilp` solves it as a 0-1 program (formulation in its docstring).
 
 All sequences of cuts, k = f_1 ... f_m (recursive.py): the recursion chooses, step after step, a cut of one
-worker group's problem, whose shapes and op views follow from the earlier cuts, and pays sum_j F_j d_j.
+worker groups' problem, whose shapes, op views and held boxes follow from the earlier cuts, and pays sum_j d_j.
 
 - :func:`brute_force_recursive` walks the whole tree of cut sequences (every assignment at every step).
 - :func:`kway_problem` writes the same space as ONE cut problem over *sequences*, which any exact one-cut
@@ -32,10 +32,11 @@ from tofu.analysis.strategies import SplitDim
 from tofu.errors import SearchError
 from tofu.graph.ir import Graph
 from tofu.search.coarsen import Coarsening, coarsen
-from tofu.search.cost import (NodeView, build_cut, build_runnable_cut, choices, next_view, node_options,
-                             runnable_options)
+from tofu.analysis.compose import held_box
+from tofu.search.cost import (GroupView, NodeView, build_cut, build_runnable_cut, choices, next_view, node_options,
+                             not_runnable)
 from tofu.search.problem import CutProblem, CutSolution, OpGroup, TensorGroup
-from tofu.search.recursive import CutStep, _cut, factorize, search
+from tofu.search.recursive import CutStep, _cut, _slice_box, factorize, search
 
 log = logging.getLogger(__name__)
 Shape = tuple[int, ...]
@@ -210,7 +211,7 @@ def _aggregate(g: OpGroup) -> dict[int, np.ndarray]:
 @dataclass(frozen=True)
 class KWayOptimum:
     """A sequence of cuts with its cost: per step, each tensor group's dimension and each op group's strategy
-    index (into that step's options), the cost d_j of one group, and total = sum_j F_j d_j."""
+    index (into that step's options), the step's cost d_j (all its worker groups), and total = sum_j d_j."""
 
     factors: tuple[int, ...]
     total: float
@@ -225,7 +226,7 @@ def recursive_sequences(steps: Sequence[CutStep], coarse: Coarsening) -> KWayOpt
     for t, g in enumerate(coarse.tensor_group):
         first.setdefault(g, t)
     dims = tuple(tuple(s.tensor_dims[first[g]] for g in range(coarse.n_tensor_groups)) for s in steps)
-    return KWayOptimum(tuple(s.factor for s in steps), float(sum(s.groups * s.cost for s in steps)),
+    return KWayOptimum(tuple(s.factor for s in steps), float(sum(s.cost for s in steps)),
                        tuple(float(s.cost) for s in steps), dims, tuple(tuple(s.solution.y) for s in steps))
 
 
@@ -235,17 +236,18 @@ def brute_force_recursive(graph: Graph, k: int, coarse: Coarsening | None = None
     """The cheapest sequence of cuts of ``graph`` for k = f_1 ... f_m workers, by walking the recursion tree.
 
     A node of the tree is a state of :func:`tofu.search.recursive.search` before step j: every tensor's held
-    shape and every op's view. Its children are all assignments (x, y) of that step's
-    :func:`~tofu.search.cost.build_cut` problem, each leading to the state the recursion would reach
-    (tensors cut along x, ops seen through ``next_view`` of y). With d_j(x, y) the step's cost,
+    shape, and every worker group's op views and held boxes. Its children are all assignments (x, y) of that
+    step's :func:`~tofu.search.cost.build_cut` problem, each leading to the state the recursion would reach
+    (tensors cut along x, ops seen through ``next_view`` of y by every member). With d_j(x, y) the step's
+    cost (over all its groups),
 
-        V_j(state) = min_{x, y} d_j(x, y) + f_j V_{j+1}(next(state, x, y)),    V_{m+1} = 0,
+        V_j(state) = min_{x, y} d_j(x, y) + V_{j+1}(next(state, x, y)),    V_{m+1} = 0,
 
-    so V_1 = min over every sequence of sum_j F_j d_j. Two exact reductions keep the tree small: at the last
+    so V_1 = min over every sequence of sum_j d_j. Two exact reductions keep the tree small: at the last
     step V_m is the one-cut optimum (:func:`brute_force`); and an op group's strategies with the same next
-    views for all its ops lead to the same subtrees, so only the cheapest of them given x is expanded.
-    Equal states are evaluated once (merged element-wise ops cost nothing, so their views are not carried).
-    Steps where some op cannot be split are dead ends (infinite cost).
+    views for all its ops in every group lead to the same subtrees, so only the cheapest of them given x is
+    expanded. Equal states are evaluated once (merged element-wise ops cost nothing, so their views are not
+    carried). Steps where some op cannot be split are dead ends (infinite cost).
 
     With ``step_optimal``, only assignments that are optimal for their own step (d_j(x, y) equal to the
     step's minimum; costs are sums of whole bytes, so equality is exact) are expanded: the best plan that
@@ -260,15 +262,15 @@ def brute_force_recursive(graph: Graph, k: int, coarse: Coarsening | None = None
     memo: dict = {}
     budget = [limit]
 
-    def value(j: int, shapes: tuple[Shape, ...], views: tuple[NodeView, ...]):
+    def value(j: int, shapes: tuple[Shape, ...], groups: tuple[GroupView, ...]):
         """(V_j, path) with path the (dims, strategies, d_j) of steps j..m."""
-        key = (j, shapes, tuple(views[n] for n in grouped))
+        key = (j, shapes, tuple((tuple(g.views[n] for n in grouped), g.held) for g in groups))
         if key in memo:
             return memo[key]
         f = factors[j]
         try:
-            p, index = (build_runnable_cut(graph, coarse, shapes, views, f) if runnable_only
-                        else build_cut(graph, coarse, shapes, views, f, False))
+            p, index = (build_runnable_cut(graph, coarse, shapes, groups, f) if runnable_only
+                        else build_cut(graph, coarse, shapes, groups, f, False))
         except SearchError:
             memo[key] = (math.inf, ())
             return memo[key]
@@ -285,7 +287,9 @@ def brute_force_recursive(graph: Graph, k: int, coarse: Coarsening | None = None
         for g, nodes in enumerate(index.group_nodes):
             by_view: dict[tuple, list[int]] = {}
             for s in range(len(p.ops[g].strategies)):
-                nxt = tuple(next_view(views[n], index.node_strategies[n][s], f) for n in nodes)
+                nxt = tuple(next_view(group.views[n], by_node[n][s], f, c)
+                            for group, by_node in zip(groups, index.group_strategies)
+                            for c in range(f) for n in nodes)
                 by_view.setdefault(nxt, []).append(s)
             classes.append(list(by_view.items()))
         n_y = math.prod(len(c) for c in classes)
@@ -299,25 +303,32 @@ def brute_force_recursive(graph: Graph, k: int, coarse: Coarsening | None = None
             for t, c in zip(touched, combo):
                 x[t] = c
             dims = _dims(p, x)
-            nxt_shapes = tuple(_cut(s, dims[coarse.tensor_group[t]], f) for t, s in enumerate(shapes))
+            tensor_dims = [dims[coarse.tensor_group[t]] for t in range(len(shapes))]
+            nxt_shapes = tuple(_cut(s, d, f) for s, d in zip(shapes, tensor_dims))
             per_class = [[(min((p.op_cost(p.ops[g], s, x), s) for s in members), nv) for nv, members in cl]
                          for g, cl in enumerate(classes)]
             for pick in itertools.product(*per_class):
                 d = sum(c for (c, _), _ in pick)
                 if d >= best[0] or (step_optimal and d != step_min):
                     continue          # futures are >= 0
-                nxt_views = list(views)
-                for nodes, (_, nv) in zip(index.group_nodes, pick):
-                    for n, v in zip(nodes, nv):
-                        nxt_views[n] = v
-                future, path = value(j + 1, nxt_shapes, tuple(nxt_views))
-                total = d + f * future
+                nxt_groups = []
+                for gi, group in enumerate(groups):
+                    for c in range(f):
+                        views = list(group.views)
+                        for nodes, (_, nv) in zip(index.group_nodes, pick):
+                            at = (gi * f + c) * len(nodes)
+                            for n, v in zip(nodes, nv[at:at + len(nodes)]):
+                                views[n] = v
+                        held = tuple(_slice_box(b, dd, f, c) for b, dd in zip(group.held, tensor_dims))
+                        nxt_groups.append(GroupView(tuple(views), held))
+                future, path = value(j + 1, nxt_shapes, tuple(nxt_groups))
+                total = d + future
                 if total < best[0]:
                     best = (total, ((dims, tuple(s for (_, s), _ in pick), d),) + path)
         memo[key] = best
         return best
 
-    total, path = value(0, tuple(t.shape for t in graph.tensors), tuple(NodeView.of(graph, n) for n in graph.nodes))
+    total, path = value(0, tuple(t.shape for t in graph.tensors), (GroupView.whole(graph),))
     if math.isinf(total):
         raise SearchError(f"no sequence of cuts splits '{graph.name}' {k} ways")
     return KWayOptimum(factors, total, tuple(d for _, _, d in path), tuple(dims for dims, _, _ in path),
@@ -352,8 +363,7 @@ class KWayProblem:
 
     def decode(self, x: Sequence[int], y: Sequence[int]) -> KWayOptimum:
         d = self.step_costs(x, y)
-        weights = _weights(self.factors)
-        return KWayOptimum(self.factors, float(sum(w * dj for w, dj in zip(weights, d))), d,
+        return KWayOptimum(self.factors, float(sum(d)), d,
                            tuple(tuple(t.choices[x[t.id]][j] for t in self.problem.tensors)
                                  for j in range(len(self.factors))),
                            tuple(tuple(self.op_sequences[g][y[g]][j] for g in range(len(self.problem.ops)))
@@ -383,15 +393,14 @@ def kway_problem(graph: Graph, k: int, coarse: Coarsening | None = None,
         d_j = sum_g [ C_j(g; s_1..s_j) + sum_t T_j(g, t; s_1..s_j; c_1..c_j) ],
 
     where s_1..s_j are g's strategies and c_1..c_j t's dimensions at steps 1..j. Indeed in
-    :func:`~tofu.search.cost.build_cut` an op's costs come from its view alone, which only its own earlier
-    strategies change (``next_view``), and a tensor's row picks the entries of its choices, which only its
-    own earlier dimensions change (its held shape). Merged element-wise ops cost nothing at every step.
-    Hence, with a choice per tensor group being a dimension *sequence* sigma and a strategy per op group a
-    strategy *sequence* tau (every sequence valid at each step's shapes and views; sequences through a
-    step where the op cannot be split are left out),
+    :func:`~tofu.search.cost.build_cut` an op's costs in every worker group come from the group's view of it,
+    which only the op's own earlier strategies change (``next_view``), and from the boxes of its tensors
+    that the group holds, which only each tensor's own earlier dimensions change. Merged element-wise ops
+    cost nothing at every step. Hence, with a choice per tensor group being a dimension *sequence* sigma and
+    a strategy per op group a strategy *sequence* tau (every sequence valid at each step's shapes and views;
+    sequences through a step where the op cannot be split are left out),
 
-        total(sigma, tau) = sum_j F_j d_j = sum_g [ sum_j F_j C_j(g; tau_g)
-                                                    + sum_t sum_j F_j T_j(g, t; tau_g; sigma_t) ]
+        total(sigma, tau) = sum_j d_j = sum_g [ sum_j C_j(g; tau_g) + sum_t sum_j T_j(g, t; tau_g; sigma_t) ]
 
     has exactly the form of a one-cut problem, and any exact one-cut solver (``solve_dp``,
     :func:`solve_ilp`, :func:`brute_force`) gives the optimum over all sequences of cuts. Its size is the
@@ -401,7 +410,7 @@ def kway_problem(graph: Graph, k: int, coarse: Coarsening | None = None,
         SearchError: some op group has no feasible strategy sequence.
     """
     factors = factorize(k)
-    m, weights = len(factors), _weights(factors)
+    m = len(factors)
     coarse = coarse or coarsen(graph)
     members: dict[int, list[int]] = {}
     for t in graph.tensors:
@@ -433,22 +442,20 @@ def kway_problem(graph: Graph, k: int, coarse: Coarsening | None = None,
         if not records:
             raise SearchError(f"op group '{graph.nodes[nodes[0]].name}' cannot be split {k} ways by any "
                               f"sequence of cuts")
-        touched = sorted({t for r in records for terms in r.terms for t in terms})
+        touched = sorted({coarse.tensor_group[t] for n in nodes for t in graph.nodes[n].inputs +
+                          graph.nodes[n].outputs})
         consts = [np.array([r.const[j] for r in records]) for j in range(m)]
-        tables = [{} for _ in range(m)]
-        for t in touched:
+        tables = [{t: np.zeros((len(records), len(tseqs[t]))) for t in touched} for _ in range(m)]
+        for ri, r in enumerate(records):
             for j in range(m):
-                dims = [seq[j] for seq in tseqs[t]]
-                uniq = list(dict.fromkeys(dims))
-                inv = np.array([uniq.index(d) for d in dims])
-                rows = np.array([[sum(per_dim[d] for per_dim in r.terms[j].get(t, ())) for d in uniq]
-                                 for r in records], dtype=float)
-                tables[j][t] = rows[:, inv]
-        joint_const = sum(w * c for w, c in zip(weights, consts))
-        terms = tuple((t, tuple(map(tuple, sum(w * tb[t] for w, tb in zip(weights, tables)).tolist())))
-                      for t in touched)
+                for t, row in _sequence_terms(graph, coarse, nodes, factors, r, j, tseqs, touched,
+                                              runnable_only).items():
+                    tables[j][t][ri] = row
+        tables = [{t: tb for t, tb in step.items() if tb.any()} for step in tables]
+        terms = tuple((t, tuple(map(tuple, sum(tb[t] for tb in tables if t in tb).tolist())))
+                      for t in touched if any(t in tb for tb in tables))
         ops.append(OpGroup(new_id, graph.nodes[nodes[0]].name, tuple("/".join(r.names) for r in records),
-                           tuple("/".join(r.kinds) for r in records), tuple(float(c) for c in joint_const),
+                           tuple("/".join(r.kinds) for r in records), tuple(float(c) for c in sum(consts)),
                            terms, tuple(r.produces for r in records), nodes[0]))
         op_seqs.append(tuple(r.seq for r in records))
         step_const.append(consts)
@@ -464,48 +471,90 @@ class _OpSequence:
     seq: tuple[int, ...]                              # strategy index per step
     names: tuple[str, ...]
     kinds: tuple[str, ...]
-    const: tuple[float, ...]                          # per step
-    terms: tuple[dict[int, list[dict]], ...]          # per step: tensor group -> per-dimension costs
+    const: tuple[float, ...]                          # per step, over all worker groups
+    views: tuple[tuple[tuple[NodeView, ...], ...], ...]   # per step: per worker group, the views of the nodes
     produces: tuple[tuple[int, int | None], ...]      # step 1's
+
+
+def _options(graph: Graph, nodes: Sequence[int], views: Sequence[NodeView], f: int, runnable_only: bool,
+             held=None) -> list:
+    """The options of the nodes of an op group seen as ``views``, MXNet-runnable ones only if asked."""
+    out = []
+    for n, v in zip(nodes, views):
+        node = graph.nodes[n]
+        excluded = not_runnable(graph, node, v, f) if runnable_only else frozenset()
+        out.append(node_options(graph, node, v, f, runnable_only, excluded, held))
+    return out
 
 
 def _op_sequences(graph: Graph, coarse: Coarsening, nodes: Sequence[int], factors: tuple[int, ...],
                   runnable_only: bool) -> list[_OpSequence]:
-    """Every feasible strategy sequence of one op group, with its per-step costs (as build_cut computes)."""
+    """Every feasible strategy sequence of one op group, with every worker group's views at every step."""
     out: list[_OpSequence] = []
 
-    def expand(j: int, views: tuple[NodeView, ...], prefix: _OpSequence) -> None:
+    def expand(j: int, groups: tuple[tuple[NodeView, ...], ...], prefix: _OpSequence) -> None:
         if j == len(factors):
             out.append(prefix)
             return
         f = factors[j]
         try:
-            options = [runnable_options(graph, graph.nodes[n], v, f) if runnable_only else
-                       node_options(graph, graph.nodes[n], v, f, False) for n, v in zip(nodes, views)]
+            per_group = [_options(graph, nodes, views, f, runnable_only) for views in groups]
         except SearchError:
             return                                    # a dead end: the op cannot be split here
-        names = tuple(o.strategy.var for o in options[0])
-        if any(tuple(o.strategy.var for o in opts) != names for opts in options):
+        names = tuple(o.strategy.var for o in per_group[0][0])
+        if any(tuple(o.strategy.var for o in opts) != names for opts in per_group[0]):
             raise SearchError(f"tied ops of group '{graph.nodes[nodes[0]].name}' differ in strategies")
+        # a strategy some worker group lacks is not offered (as build_cut does)
+        names = tuple(v for v in names if all(v in {o.strategy.var for o in options[0]} for options in per_group))
+        per_group = [[[next(o for o in opts if o.strategy.var == v) for v in names] for opts in options]
+                     for options in per_group]
         for s in range(len(names)):
-            terms: dict[int, list[dict]] = {}
-            for opts in options:
-                for t, per_dim in opts[s].terms:
-                    terms.setdefault(coarse.tensor_group[t], []).append(per_dim)
+            const = sum(opts[s].const for options in per_group for opts in options)
             produces = prefix.produces
             if j == 0:
                 node = graph.nodes[nodes[0]]
                 produces = tuple((coarse.tensor_group[t], p.dim if isinstance(p, SplitDim) else None)
-                                 for t, p in zip(node.outputs, options[0][s].strategy.outputs))
-            nxt = views if j == len(factors) - 1 else \
-                tuple(next_view(v, opts[s].strategy, f) for v, opts in zip(views, options))
+                                 for t, p in zip(node.outputs, per_group[0][0][s].strategy.outputs))
+            nxt = tuple(tuple(next_view(v, opts[s].strategy, f, c) for v, opts in zip(views, options))
+                        for views, options in zip(groups, per_group) for c in range(f))
             expand(j + 1, nxt, _OpSequence(prefix.seq + (s,), prefix.names + (names[s],),
-                                           prefix.kinds + (options[0][s].strategy.kind,),
-                                           prefix.const + (sum(opts[s].const for opts in options),),
-                                           prefix.terms + (terms,), produces))
+                                           prefix.kinds + (per_group[0][0][s].strategy.kind,),
+                                           prefix.const + (const,), prefix.views + (groups,), produces))
 
-    expand(0, tuple(NodeView.of(graph, graph.nodes[n]) for n in nodes), _OpSequence((), (), (), (), (), ()))
+    expand(0, (tuple(NodeView.of(graph, graph.nodes[n]) for n in nodes),), _OpSequence((), (), (), (), (), ()))
     return out
+
+
+def _sequence_terms(graph: Graph, coarse: Coarsening, nodes: Sequence[int], factors: tuple[int, ...],
+                    r: _OpSequence, j: int, tseqs, touched, runnable_only: bool) -> dict[int, np.ndarray]:
+    """Step j's cost of op sequence ``r`` against every dimension sequence of each touched tensor group: the
+    held boxes follow from the sequence's first j dimensions, one evaluation per distinct prefix."""
+    f = factors[j]
+    prefixes = {t: list(dict.fromkeys(seq[:j] for seq in tseqs[t])) for t in touched}
+    rows = {t: np.zeros(len(tseqs[t])) for t in touched}
+    for p in range(max(len(v) for v in prefixes.values())):
+        pick = {t: prefixes[t][min(p, len(prefixes[t]) - 1)] for t in touched}
+        for gi, views in enumerate(r.views[j]):
+            held = tuple(held_box(t.shape, pick[coarse.tensor_group[t.id]], factors[:j], gi)
+                         if coarse.tensor_group[t.id] in pick else tuple((0, n) for n in t.shape)
+                         for t in graph.tensors)
+            options = _options(graph, nodes, views, f, runnable_only, held)
+            fetched = set()
+            for n, opts in zip(nodes, options):
+                o = next(o for o in opts if o.strategy.var == r.names[j])
+                n_in = len(views[nodes.index(n)].inputs)
+                for q, (t, per_dim) in enumerate(o.terms):
+                    tg = coarse.tensor_group[t]
+                    if p >= len(prefixes[tg]):
+                        continue
+                    if q < n_in:
+                        if t in fetched:
+                            continue        # a tied op reads the same tensor: fetched once
+                        fetched.add(t)
+                    for i, seq in enumerate(tseqs[tg]):
+                        if seq[:j] == prefixes[tg][p]:
+                            rows[tg][i] += per_dim[seq[j]]
+    return rows
 
 
 def kway_optimum(graph: Graph, k: int, solver: Callable[[CutProblem], CutSolution] = solve_ilp,
@@ -522,11 +571,6 @@ def kway_ilp(graph: Graph, k: int, time_limit: float | None = None,
     form, ``tight``) on :func:`kway_problem`; exact by its separability argument, which the tests check
     against :func:`brute_force_recursive` and by replaying the optimum through the recursion."""
     return kway_optimum(graph, k, lambda p: solve_ilp(p, time_limit, tight=True), coarse)
-
-
-def _weights(factors: Sequence[int]) -> tuple[int, ...]:
-    """F_j = f_1 ... f_{j-1}: the identical groups step j runs in."""
-    return tuple(math.prod(factors[:j]) for j in range(len(factors)))
 
 
 def replay(graph: Graph, plan: KWayOptimum, coarse: Coarsening | None = None) -> tuple[CutStep, ...]:

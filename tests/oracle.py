@@ -1,0 +1,173 @@
+"""An independent count of the bytes a plan moves per training iteration (the exact-cost check).
+
+Written apart from ``tofu.search``: it reads only the plan (each step's tensor dimensions and op choices) and
+every worker's kernel call under it (``tofu.analysis.compose``, the calls the runtime runs and that the
+single-device comparisons validate), and counts, element by element as boxes, what each worker needs and does
+not have:
+
+* an op's input piece on worker w: the elements of the piece's data that w does not hold (a replicated
+  parameter is held by its first holder only, which the others read it from and send its gradient to, as the
+  runtime does; a zeroed input, or one an expansion is passed but never reads, is not sent);
+* an op's output, turned into every worker's held box: the elements of the held box w did not produce itself,
+  once per partial-sum class covering them (the reduction of partial outputs);
+* the backward pass is the adjoint: the same elements again for every tensor that has a gradient;
+* a statistics exchange over the n workers that differ only at its steps: 2 (n - 1) |S| per group (and its
+  gradient), S as the analysis sizes the statistic on the worker's piece;
+* ``kept``: the forward part of the input receipts of ops that keep their inputs for the backward pass
+  (the remote regions a device holds until then).
+
+Two totals: ``per_consumer`` (every consumer op fetches its own pieces, as the cost model charges) and
+``shared`` (a piece fetched once per device and shared by all its consumers there, as the runtime builds it).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from tofu.analysis.compose import compose
+from tofu.analysis.views import NodeView
+from tofu.graph.ir import LOSS_OPS, Graph, Role
+from tofu.graph.memory import rule_for
+from tofu.search.coarsen import coarsen
+
+Box = tuple[tuple[int, int], ...]
+
+
+@dataclass(frozen=True)
+class Count:
+    per_consumer: float           # bytes, forward + backward
+    shared: float
+    by_tensor: tuple[tuple[str, float], ...]   # per tensor name (op:NAME for its statistics): per-consumer bytes
+    by_edge: tuple[tuple[tuple[str, str], float], ...] = ()   # per (node, tensor): what the node reads or makes
+    kept: float = 0.0             # forward bytes received for the inputs of ops that keep them for backward
+
+
+def _size(box: Box) -> int:
+    return math.prod(max(0, b - a) for a, b in box)
+
+
+def _meet(a: Box, b: Box) -> Box:
+    return tuple((max(x, u), min(y, v)) for (x, y), (u, v) in zip(a, b))
+
+
+def _coords(w: int, factors) -> list[int]:
+    out = []
+    for f in reversed(factors):
+        out.append(w % f)
+        w //= f
+    return out[::-1]
+
+
+def _held(shape, dims, factors, w) -> Box:
+    box = [(0, n) for n in shape]
+    for d, f, c in zip(dims, factors, _coords(w, factors)):
+        if d is not None:
+            lo, hi = box[d]
+            n = (hi - lo) // f
+            box[d] = (lo + c * n, lo + (c + 1) * n)
+    return tuple(box)
+
+
+def count(graph: Graph, plan) -> Count:
+    factors = tuple(s.factor for s in plan.steps)
+    k = math.prod(factors)
+    dims = {t.id: tuple(dict(s.tensor_dims)[t.name] for s in plan.steps) for t in graph.tensors}
+    choices = {n.id: tuple(dict(s.op_choices)[n.name] for s in plan.steps) for n in graph.nodes}
+    grads = graph.with_gradient
+    item = {t.id: np.dtype(t.dtype).itemsize for t in graph.tensors}
+    consumed = {t for n in graph.nodes for t in n.inputs} | set(graph.heads)
+
+    def holders(t) -> dict[int, Box]:
+        tensor = graph.tensors[t]
+        boxes = {w: _held(tensor.shape, dims[t], factors, w) for w in range(k)}
+        if tensor.role is Role.PARAM:           # one copy per distinct box, on its first holder
+            first: dict[Box, int] = {}
+            for w, b in boxes.items():
+                first.setdefault(b, w)
+            return {w: b for b, w in first.items()}
+        return boxes
+
+    held = {t.id: holders(t.id) for t in graph.tensors}
+    tied = coarsen(graph).op_group          # ops tied across timesteps: one fetch for them all (per worker)
+    per_tensor: dict[str, float] = {}
+    per_edge: dict[tuple, float] = {}
+    shared_total = kept_total = 0.0
+    sent: set = set()
+
+    def charge(t, elements, key=None, label=None, group=None, node=None, keeps=False):
+        nonlocal shared_total, kept_total
+        b = elements * item[t] * (1 + (t in grads))
+        label = label or graph.tensors[t].name
+        if key is None or (group, key) not in sent:
+            per_tensor[label] = per_tensor.get(label, 0.0) + b
+            edge = (node, label)
+            per_edge[edge] = per_edge.get(edge, 0.0) + b
+            if keeps:
+                kept_total += elements * item[t]
+            if key is not None:
+                sent.add((group, key))
+        if key is None or key not in sent:
+            shared_total += b
+            if key is not None:
+                sent.add(key)
+
+    for node in graph.nodes:
+        view = NodeView.of(graph, node)
+        calls = compose(view, choices[node.id], factors)
+        for call in calls:
+            w = call.worker
+            for piece in call.inputs:
+                t = node.inputs[piece.input]
+                if piece.zeroed or not piece.read or graph.tensors[t].role is Role.AUX:
+                    continue        # zeros, an input an expansion ignores (MXNet drops it), or state
+                own = held[t].get(w)
+                local = _size(_meet(piece.data, own)) if own is not None else 0
+                charge(t, _size(piece.data) - local, (t, w, piece.data), group=tied[node.id], node=node.name,
+                       keeps=rule_for(node).keeps_inputs)
+        if calls[0].expansion:
+            _exchange(node, view, calls, factors, choices[node.id], charge)
+        for o, t in enumerate(node.outputs):
+            if t not in consumed:
+                continue
+            produced = [(c.worker, c.outputs[o].box, tuple(_coords(c.worker, factors)[j] for j in c.outputs[o].partial))
+                        for c in calls]
+            if node.op in LOSS_OPS:                     # one copy of each piece (the runtime's _one_replica)
+                produced = list({(b, key): (w, b, key) for w, b, key in reversed(produced)}.values())
+            for w in range(k):
+                want = _held(graph.tensors[t].shape, dims[t], factors, w)
+                classes: dict[tuple, set] = {}
+                for _, b, key in produced:
+                    classes.setdefault(key, set()).add(b)
+                moved = 0
+                for key, boxes in classes.items():
+                    need = sum(_size(_meet(want, b)) for b in boxes)
+                    own = max((_size(_meet(want, b)) for u, b, c in produced if u == w and c == key), default=0)
+                    moved += need - own
+                charge(t, moved, node=node.name)
+    return Count(sum(per_tensor.values()), shared_total,
+                 tuple(per_tensor.items()), tuple(per_edge.items()), kept_total)
+
+
+def _exchange(node, view, calls, factors, choices, charge):
+    """The statistics all-reduce of an op run by its expansion: 2 (n - 1) |S| per group of the n workers that
+    differ only at the exchange steps, |S| the statistic as the analysis sizes it on the group's pieces."""
+    from tofu.analysis.strategies import strategies
+
+    steps = calls[0].exchange_steps
+    n = math.prod(factors[j] for j in steps)
+    var = choices[steps[-1]].var
+    seen = set()
+    for call in calls:
+        key = tuple(c for j, c in enumerate(_coords(call.worker, factors)) if j not in steps)
+        if key in seen:
+            continue
+        seen.add(key)
+        # the statistic of one worker's pieces (each member of the group holds one of that size)
+        piece = NodeView(view.op, call.attrs, tuple(tuple(b - a for a, b in p.box) for p in call.inputs),
+                         tuple(tuple(b - a for a, b in o.box) for o in call.outputs), (), ())
+        found = [s for s in strategies(piece.describe(), 1) if s.var == var and s.exchanges]
+        assert found, f"{node.name}: no exchange of '{var}' on the pieces"
+        charge(node.outputs[0], 2 * (n - 1) * sum(found[0].exchange_elements), label=f"op:{node.name}")
+
