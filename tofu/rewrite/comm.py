@@ -175,18 +175,20 @@ class Fabric:
                   shape: tuple[int, ...] | None = None) -> list[object]:
         """Every device's copy of the ``reducer`` of all devices' symbols (a statistics exchange).
 
-        With the statistic's ``shape`` and a dimension that divides by the number of devices n: a reduce-scatter
-        (device i reduces chunk i of every partial) then an all-gather of the chunks, 2 (n - 1) / n of the
-        statistic sent per device, as the cost model charges; otherwise every device reads every partial.
+        With the statistic's ``shape`` and a dimension of extent n or more (n the number of devices): a
+        reduce-scatter (device i reduces chunk i of every partial, the chunks as even as the extent allows) then
+        an all-gather of the chunks, 2 (n - 1) |S| sent in all, as the cost model charges; otherwise (a
+        statistic smaller than n) every device reads every partial.
         """
         name = self.name("stat")
         n = len(devices)
-        axis = next((d for d, e in enumerate(shape or ()) if e % n == 0 and e >= n), None)
+        axis = next((d for d, e in enumerate(shape or ()) if e >= n), None)
         if axis is None:
             return self._all_to_all(parts, devices, reducer, name)
         whole = tuple((0, e) for e in shape)
-        step = shape[axis] // n
-        chunks = [tuple((i * step, (i + 1) * step) if d == axis else r for d, r in enumerate(whole)) for i in range(n)]
+        e = shape[axis]
+        chunks = [tuple((i * e // n, (i + 1) * e // n) if d == axis else r for d, r in enumerate(whole))
+                  for i in range(n)]
         partials = [Held(dev, whole, (j,), p) for j, (dev, p) in enumerate(zip(devices, parts))]
         reduced = [Held(dev, chunk, (), self.gather(name, partials, chunk, dev, reducer=reducer))
                    for dev, chunk in zip(devices, chunks)]
