@@ -26,7 +26,7 @@ from tofu.search.algorithms import ALGORITHMS, plan_graph  # noqa: E402
 
 COLUMNS = ("model", "workers", "algo", "repeat", "status", "search_seconds", "comm_bytes", "step_bytes",
            "per_device_total_bytes", "per_device_params_bytes", "per_device_activations_bytes",
-           "op_groups", "tensor_groups", "message")
+           "per_device_fetched_bytes", "op_groups", "tensor_groups", "message")
 
 
 def run_one(graph, workers: int, algo: str, ilp_seconds: float) -> dict:
@@ -43,7 +43,7 @@ def run_one(graph, workers: int, algo: str, ilp_seconds: float) -> dict:
     return {"status": "ok", "search_seconds": f"{plan.search_seconds:.4f}", "comm_bytes": f"{plan.comm_bytes:.0f}",
             "step_bytes": " ".join(f"{s.cost_bytes:.0f}" for s in plan.steps),
             "per_device_total_bytes": mem["total"], "per_device_params_bytes": mem["params"],
-            "per_device_activations_bytes": mem["activations"],
+            "per_device_activations_bytes": mem["activations"], "per_device_fetched_bytes": mem.get("fetched", 0),
             "op_groups": dict(plan.coarsening).get("op_groups", ""),
             "tensor_groups": dict(plan.coarsening).get("tensor_groups", "")}
 

@@ -109,4 +109,6 @@ def clear_caches() -> None:
     coarsen._elementwise.cache_clear()
     cost._costed.cache_clear()
     cost._strategies.cache_clear()
+    cost._input_costs.cache_clear()
+    cost._output_costs.cache_clear()
     views.clear_calls()

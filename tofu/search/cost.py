@@ -222,6 +222,22 @@ def strategy_key(view: NodeView, s: PartitionStrategy) -> tuple:
     return (view.op, view.attrs, view.in_shapes, view.out_shapes, s.k, s.var, s.kind)
 
 
+_EXCLUDED: dict[int, tuple[frozenset, dict]] = {}
+
+
+def _excluded_index(excluded: frozenset) -> dict:
+    """``excluded``'s keys grouped by view (op, attributes, shapes): one lookup per node, not per strategy."""
+    hit = _EXCLUDED.get(id(excluded))
+    if hit is None or hit[0] is not excluded:
+        index: dict = {}
+        for key in excluded:
+            index.setdefault(key[:4], set()).add(key[4:])
+        if len(_EXCLUDED) > 64:
+            _EXCLUDED.clear()
+        hit = _EXCLUDED[id(excluded)] = (excluded, index)
+    return hit[1]
+
+
 def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only: bool = True,
                  excluded: frozenset = frozenset(), held: Sequence[Box] | None = None) -> tuple[Option, ...]:
     """The strategies ``node`` (seen as ``view``) can use, with their costs; without the excluded ones, and
@@ -246,12 +262,13 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
                                view.out_classes or (1,) * len(view.outputs), view.done)
     except TofuError as e:
         raise SearchError(f"node '{node.name}' ({node.op}): {e}") from None
-    costed = [c for c in found if not (runnable_only and strategy_key(view, c[0]) in excluded)] or whole
+    bad = _excluded_index(excluded).get((view.op, view.attrs, view.in_shapes, view.out_shapes)) \
+        if runnable_only and excluded else None
+    costed = [c for c in found if not (bad and (c[0].k, c[0].var, c[0].kind) in bad)] or whole
     if not costed:
         raise SearchError(f"node '{node.name}' ({node.op}) cannot be split {k} ways at input shapes "
                           f"{list(view.in_shapes)}: no dimension or strategy divides evenly")
-    return tuple(Option(s, const, tuple((ids[p], per_dim) for p, per_dim in enumerate(tables)),
-                        tuple((ids[p], per_dim) for p, per_dim in enumerate(fetched)))
+    return tuple(Option(s, const, tuple(zip(ids, tables)), tuple(zip(ids, fetched)))
                  for s, const, tables, fetched in costed)
 
 
@@ -317,10 +334,11 @@ def _costed(op, attrs, ins, outs, k, grads, items, roles, held, classes, done=Fa
     """The strategies of one op signature with their costs (shared by all nodes of that signature), and the
     same output splits computed whole on every worker (the fallback when none of them can run)."""
     found, whole = _strategies(op, attrs, ins, outs, k)
-    args = (ins, outs, k, grads, items, roles, held, classes, done)
+    sig = (op, attrs, ins, outs, k)
     if done and whole:          # computed whole at an earlier cut: it stays whole
-        return _with_costs(op, whole, *args), ()
-    return _with_costs(op, found, *args), _with_costs(op, whole, *args)
+        return _with_costs(sig, True, grads, items, roles, held, classes, done), ()
+    return (_with_costs(sig, False, grads, items, roles, held, classes, done),
+            _with_costs(sig, True, grads, items, roles, held, classes, done))
 
 
 @lru_cache(maxsize=16384)
@@ -331,59 +349,76 @@ def _strategies(op, attrs, ins, outs, k):
     return found, tuple(_computed_whole(s) for s in found if s.kind == "output")
 
 
-def _with_costs(op, found, ins, outs, k, grads, items, roles, held, classes, done):
+def _with_costs(sig, whole, grads, items, roles, held, classes, done):
     """Costs in the view's coordinates: ``held`` is the box of each tensor that the group holds (the view's
     whole box at the first step; after it, the tensor's held slice placed where the view's piece starts).
     Worker w holds H_w(d), the w-th slice of that box along d (all of it when replicated). What earlier steps
     charged the group (its pieces against its held boxes) is subtracted, so that the steps' costs add up to
-    every worker's final pieces against its final held boxes."""
+    every worker's final pieces against its final held boxes. Each input's and output's costs depend on its
+    own box only, and are cached apart (groups differ in one tensor's box more often than in all)."""
+    found = _strategies(*sig)[whole]
+    n_in = len(sig[2])
+    ins = [_input_costs(sig, whole, i, held[i], roles[i], grads[i], items[i]) for i in range(n_in)]
+    outs = [_output_costs(sig, whole, o, held[n_in + o], classes[o], done, grads[n_in + o] , items[n_in + o])
+            for o in range(len(sig[3]))]
     result = []
-    n_in = len(ins)
-    for s in found:
-        const = 0.0
-        tables, fetched = [], []
-        for i, shape in enumerate(ins):
-            box = held[i]
-            if roles[i] == _AUX:
-                tables.append(dict.fromkeys((*range(len(shape)), None), 0.0))
-                fetched.append(tables[-1])
-                continue
-            regions = [None if w and i in s.once_inputs else r[i] for w, r in enumerate(s.input_regions)]
-            pieces = [r.bounds if r is not None else None for r in regions]
-            read = sum(r.size for r in regions if r is not None)
-            before = math.prod(shape) - _overlap(_whole(shape), box) if read else 0
-            held_read = _overlaps(pieces, box, k)
-            scale = items[i] * (1 + grads[i])
-            received = {d: (read - v - before) * items[i] for d, v in held_read.items()}
-            if roles[i] == _PARAM:     # a replicated parameter is held by the group's first worker: the
-                # others read it from there and send their gradient parts back
-                first = _overlap(pieces[0], box) if pieces[0] is not None else 0
-                received[None] += (held_read[None] - first) * items[i]
-            fetched.append(received)
-            tables.append({d: v * (1 + grads[i]) for d, v in received.items()})
-        for o, (shape, placement) in enumerate(zip(outs, s.outputs)):
-            # every holder h receives its held box H_h from each of the m partial-sum classes (each class's
-            # pieces cover the tensor) but the part its own piece P_h covers: sum_h m |H_h| - |H_h & P_h|
-            box, view = held[n_in + o], _whole(shape)
-            n = classes[o]
-            m = n * k if isinstance(placement, PartialSum) else n
-            if isinstance(placement, SplitDim) and not done:
-                produced = [w[o].bounds for w in s.output_regions]
-                if op in LOSS_OPS and s.var.endswith("*"):   # computed whole: the first worker's copy is read
-                    produced = [view] + [None] * (k - 1)
-            elif op in LOSS_OPS and done:
-                produced = [view] + [None] * (k - 1)
-            else:                                            # a partial sum, or the whole output, everywhere
-                produced = [view] * k
-            size = _size(box)
-            before = n * size - _overlap(view, box)          # the same count for the group before the cut
-            own = _overlaps(produced, box, k)
-            scale = items[n_in + o] * (1 + grads[n_in + o])
-            tables.append({d: ((k if d is None else 1) * m * size - v - before) * scale for d, v in own.items()})
-        for n in s.exchange_elements:          # all-reduce of each partial statistic, and of its gradient
-            const += 2 * (k - 1) * n * items[n_in] * (1 + grads[n_in])
-        result.append((s, const, tuple(tables), tuple(fetched)))
+    for j, s in enumerate(found):
+        # the all-reduce of each partial statistic, and of its gradient
+        const = sum(2 * (sig[4] - 1) * n * items[n_in] * (1 + grads[n_in]) for n in s.exchange_elements)
+        result.append((s, const, tuple(c[j][0] for c in ins) + tuple(c[j] for c in outs),
+                       tuple(c[j][1] for c in ins)))
     return tuple(result)
+
+
+@lru_cache(maxsize=65536)
+def _input_costs(sig, whole, i, box, role, grad, item):
+    """Per strategy: input i's cost table and the forward bytes its workers receive, per dimension."""
+    shape, k = sig[2][i], sig[4]
+    out = []
+    for s in _strategies(*sig)[whole]:
+        if role == _AUX:
+            zero = dict.fromkeys((*range(len(shape)), None), 0.0)
+            out.append((zero, zero))
+            continue
+        regions = [None if w and i in s.once_inputs else r[i] for w, r in enumerate(s.input_regions)]
+        pieces = [r.bounds if r is not None else None for r in regions]
+        read = sum(r.size for r in regions if r is not None)
+        before = math.prod(shape) - _overlap(_whole(shape), box) if read else 0
+        held_read = _overlaps(pieces, box, k)
+        received = {d: (read - v - before) * item for d, v in held_read.items()}
+        if role == _PARAM:     # a replicated parameter is held by the group's first worker: the others read it
+            # from there and send their gradient parts back
+            first = _overlap(pieces[0], box) if pieces[0] is not None else 0
+            received[None] += (held_read[None] - first) * item
+        out.append(({d: v * (1 + grad) for d, v in received.items()}, received))
+    return tuple(out)
+
+
+@lru_cache(maxsize=65536)
+def _output_costs(sig, whole, o, box, n, done, grad, item):
+    """Per strategy: output o's cost table. Every holder h receives its held box H_h from each of the m
+    partial-sum classes (each class's pieces cover the tensor) but the part its own piece P_h covers:
+    sum_h m |H_h| - |H_h & P_h|."""
+    op, shape, k = sig[0], sig[3][o], sig[4]
+    view = _whole(shape)
+    size = _size(box)
+    before = n * size - _overlap(view, box)          # the same count for the group before the cut
+    scale = item * (1 + grad)
+    out = []
+    for s in _strategies(*sig)[whole]:
+        placement = s.outputs[o]
+        m = n * k if isinstance(placement, PartialSum) else n
+        if isinstance(placement, SplitDim) and not done:
+            produced = [w[o].bounds for w in s.output_regions]
+            if op in LOSS_OPS and s.var.endswith("*"):   # computed whole: the first worker's copy is read
+                produced = [view] + [None] * (k - 1)
+        elif op in LOSS_OPS and done:
+            produced = [view] + [None] * (k - 1)
+        else:                                            # a partial sum, or the whole output, everywhere
+            produced = [view] * k
+        own = _overlaps(produced, box, k)
+        out.append({d: ((k if d is None else 1) * m * size - v - before) * scale for d, v in own.items()})
+    return tuple(out)
 
 
 def _overlaps(pieces, box, k: int) -> dict:
