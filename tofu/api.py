@@ -111,4 +111,5 @@ def clear_caches() -> None:
     cost._strategies.cache_clear()
     cost._input_costs.cache_clear()
     cost._output_costs.cache_clear()
+    cost._OPTIONS.clear()
     views.clear_calls()

@@ -144,17 +144,22 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
             node = graph.nodes[nid]
             per_group = [node_options(graph, node, group.views[nid], k, runnable_only, excluded, group.held)
                          for group in groups]
-            if len(per_group) == 1:
-                options, aligned = list(per_group[0]), per_group
-            else:
-                keys = [{(o.strategy.var, o.strategy.kind): o for o in opts} for opts in per_group]
-                options = [o for o in per_group[0] if all((o.strategy.var, o.strategy.kind) in m for m in keys)]
-                aligned = [[m[(o.strategy.var, o.strategy.kind)] for o in options] for m in keys]
+            # groups whose pieces lie alike against what they hold get the same options (node_options is
+            # memoized): each distinct one is aligned and accumulated once, times its multiplicity
+            distinct: dict[int, list] = {}
+            for gi, opts in enumerate(per_group):
+                entry = distinct.setdefault(id(opts), [opts, 0, gi])
+                entry[1] += 1
+            reps = list(distinct.values())
+            keys = [{(o.strategy.var, o.strategy.kind): o for o in opts} for opts, _, _ in reps]
+            options = [o for o in reps[0][0] if all((o.strategy.var, o.strategy.kind) in m for m in keys)]
             if not options:
                 raise SearchError(f"node '{node.name}' ({node.op}): no strategy fits every worker group")
+            aligned = {id(opts): [m[(o.strategy.var, o.strategy.kind)] for o in options]
+                       for (opts, _, _), m in zip(reps, keys)}
             node_strategies[nid] = tuple(o.strategy for o in options)
-            for gi, row in enumerate(aligned):
-                by_group[gi][nid] = tuple(o.strategy for o in row)
+            for gi, opts in enumerate(per_group):
+                by_group[gi][nid] = tuple(o.strategy for o in aligned[id(opts)])
             if const is None:
                 const = [0.0] * len(options)
                 names = tuple(o.strategy.var for o in options)
@@ -164,18 +169,18 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
             elif tuple(o.strategy.var for o in options) != names:
                 raise SearchError(f"tied ops of group '{graph.nodes[nodes[0]].name}' differ in strategies")
             keeps = rule_for(node).keeps_inputs
-            for gi, (row, group) in enumerate(zip(aligned, groups)):
-                n_inputs = len(group.views[nid].inputs)
-                for s, o in enumerate(row):
-                    const[s] += o.const
+            for opts, mult, gi in reps:
+                n_inputs = len(groups[gi].views[nid].inputs)
+                for s, o in enumerate(aligned[id(opts)]):
+                    const[s] += o.const * mult
                     for p, (t, per_dim) in enumerate(o.terms):
                         if p < n_inputs:
                             if (t, s, gi) in fetched:
                                 continue    # a tied op reads the same tensor (an RNN weight): fetched once
                             fetched.add((t, s, gi))
-                        _add(terms, tensor_group[t], tgroups, len(options), s, per_dim)
+                        _add(terms, tensor_group[t], tgroups, len(options), s, per_dim, mult)
                         if p < n_inputs and keeps:
-                            _add(kept, tensor_group[t], tgroups, len(options), s, o.fetched[p][1])
+                            _add(kept, tensor_group[t], tgroups, len(options), s, o.fetched[p][1], mult)
         ops.append(OpGroup(new_id, graph.nodes[nodes[0]].name, names, kinds, tuple(float(c) for c in const),
                            tuple((t, tuple(tuple(float(v) for v in r) for r in table))
                                  for t, table in terms.items()),
@@ -186,14 +191,14 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
                              tuple(tuple(row) for row in by_group), tuple(kept_tables))
 
 
-def _add(tables: dict, tg: int, tgroups, n_options: int, s: int, per_dim: dict) -> None:
+def _add(tables: dict, tg: int, tgroups, n_options: int, s: int, per_dim: dict, mult: int = 1) -> None:
     dims = tgroups[tg].choices
     table = tables.get(tg)
     if table is None:
         table = tables[tg] = [[0.0] * len(dims) for _ in range(n_options)]
     entries = table[s]
     for e, d in enumerate(dims):
-        entries[e] += per_dim[d]
+        entries[e] += per_dim[d] * mult
 
 
 def _as_groups(graph: Graph, shapes: Sequence[Shape], views) -> list[GroupView]:
@@ -257,9 +262,15 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
             (view.out_origins or tuple((0,) * len(s) for s in view.out_shapes))
         boxes = tuple(tuple((lo - o, hi - o) for o, (lo, hi) in zip(origin, held[t]))
                       for t, origin in zip(ids, origins))
+    classes = view.out_classes or (1,) * len(view.outputs)
+    key = (id(graph), node.id, view.attrs, view.in_shapes, view.out_shapes, ids, roles, boxes, classes, view.done,
+           k, runnable_only, id(excluded))
+    hit = _OPTIONS.get(key)
+    if hit is not None and hit[0] is graph and hit[1] is excluded:
+        return hit[2]
     try:
         found, whole = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, grads, items, roles, boxes,
-                               view.out_classes or (1,) * len(view.outputs), view.done)
+                               classes, view.done)
     except TofuError as e:
         raise SearchError(f"node '{node.name}' ({node.op}): {e}") from None
     bad = _excluded_index(excluded).get((view.op, view.attrs, view.in_shapes, view.out_shapes)) \
@@ -268,8 +279,16 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
     if not costed:
         raise SearchError(f"node '{node.name}' ({node.op}) cannot be split {k} ways at input shapes "
                           f"{list(view.in_shapes)}: no dimension or strategy divides evenly")
-    return tuple(Option(s, const, tuple(zip(ids, tables)), tuple(zip(ids, fetched)))
-                 for s, const, tables, fetched in costed)
+    options = tuple(Option(s, const, tuple(zip(ids, tables)), tuple(zip(ids, fetched)))
+                    for s, const, tables, fetched in costed)
+    if len(_OPTIONS) > 200_000:
+        _OPTIONS.clear()
+    _OPTIONS[key] = (graph, excluded, options)
+    return options
+
+
+# node_options by everything its result depends on: groups whose pieces lie alike share one result
+_OPTIONS: dict[tuple, tuple] = {}
 
 
 _AUX, _PARAM, _COMPUTED = 0, 1, 2
