@@ -73,8 +73,10 @@ def _held(shape, dims, factors, w) -> Box:
 def count(graph: Graph, plan) -> Count:
     factors = tuple(s.factor for s in plan.steps)
     k = math.prod(factors)
-    dims = {t.id: tuple(dict(s.tensor_dims)[t.name] for s in plan.steps) for t in graph.tensors}
-    choices = {n.id: tuple(dict(s.op_choices)[n.name] for s in plan.steps) for n in graph.nodes}
+    step_dims = [dict(s.tensor_dims) for s in plan.steps]
+    step_choices = [dict(s.op_choices) for s in plan.steps]
+    dims = {t.id: tuple(d[t.name] for d in step_dims) for t in graph.tensors}
+    choices = {n.id: tuple(c[n.name] for c in step_choices) for n in graph.nodes}
     grads = graph.with_gradient
     item = {t.id: np.dtype(t.dtype).itemsize for t in graph.tensors}
     consumed = {t for n in graph.nodes for t in n.inputs} | set(graph.heads)

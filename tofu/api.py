@@ -100,6 +100,7 @@ def clear_caches() -> None:
     cost = importlib.import_module("tofu.search.cost")
     describe = importlib.import_module("tofu.tdl.describe")
     views = importlib.import_module("tofu.analysis.views")
+    compose = importlib.import_module("tofu.analysis.compose")
 
     describe._describe.cache_clear()
     strategies._analyse.cache_clear()
@@ -112,4 +113,5 @@ def clear_caches() -> None:
     cost._input_costs.cache_clear()
     cost._output_costs.cache_clear()
     cost._OPTIONS.clear()
+    compose._by_choice.cache_clear()
     views.clear_calls()

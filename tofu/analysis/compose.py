@@ -25,10 +25,12 @@ import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from tofu.analysis.strategies import PartialSum, PartitionStrategy, SplitDim, strategies
 from tofu.analysis.views import NodeView, kernel_call
 from tofu.errors import AnalysisError
+from tofu.tdl.describe import describe
 
 Box = tuple[tuple[int, int], ...]        # per dimension [lo, hi) in the whole tensor's coordinates
 
@@ -259,11 +261,17 @@ def _follow(view: NodeView, ins, out_origin, d: int | None, f: int, c: int):
 
 
 def _strategy(view: NodeView, choice: OpChoice, f: int) -> PartitionStrategy:
-    for s in strategies(view.describe(), f):
-        if s.var == choice.var and s.kind == choice.kind.value:
-            return s
-    raise AnalysisError(f"{view.op} at input shapes {list(view.in_shapes)} has no {choice.kind.value} split of "
-                        f"'{choice.var}' over {f} workers")
+    found = _by_choice(view.op, view.attrs, view.in_shapes, view.out_shapes, f).get((choice.var, choice.kind.value))
+    if found is None:
+        raise AnalysisError(f"{view.op} at input shapes {list(view.in_shapes)} has no {choice.kind.value} split "
+                            f"of '{choice.var}' over {f} workers")
+    return found
+
+
+@lru_cache(maxsize=16384)
+def _by_choice(op, attrs, ins, outs, f: int) -> dict:
+    """An op signature's strategies for f workers by (variable, kind) (every worker and step asks again)."""
+    return {(s.var, s.kind): s for s in strategies(describe(op, attrs, ins, outs), f)}
 
 
 def _narrow(window: Box, origin: Sequence[int], bounds) -> Box:

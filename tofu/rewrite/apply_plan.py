@@ -94,8 +94,10 @@ class _Rewriter:
         if self.k != plan.workers:
             raise RewriteError(f"the plan's cuts multiply to {self.k}, not its {plan.workers} workers")
         try:
-            self.dims = {t.id: tuple(dict(s.tensor_dims)[t.name] for s in plan.steps) for t in graph.tensors}
-            self.choices = {n.id: tuple(dict(s.op_choices)[n.name] for s in plan.steps) for n in graph.nodes}
+            step_dims = [dict(s.tensor_dims) for s in plan.steps]
+            step_choices = [dict(s.op_choices) for s in plan.steps]
+            self.dims = {t.id: tuple(d[t.name] for d in step_dims) for t in graph.tensors}
+            self.choices = {n.id: tuple(c[n.name] for c in step_choices) for n in graph.nodes}
         except KeyError as e:
             raise RewriteError(f"the plan does not cover {e} of model '{graph.name}'") from None
         self.coords = [coordinates(w, self.factors) for w in range(self.k)]

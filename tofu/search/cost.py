@@ -255,22 +255,25 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
     roles = tuple(info.roles[t] for t in ids)
     if view.in_zeroed is not None:      # a zeroed input is not read: it costs nothing, as state
         roles = tuple(_AUX if z else r for r, z in zip(roles, view.in_zeroed)) + roles[len(view.inputs):]
+    origins = (view.in_origins or tuple((0,) * len(s) for s in view.in_shapes)) + \
+        (view.out_origins or tuple((0,) * len(s) for s in view.out_shapes))
     if held is None:
         boxes = tuple(tuple((0, n) for n in shape) for shape in view.in_shapes + view.out_shapes)
     else:
-        origins = (view.in_origins or tuple((0,) * len(s) for s in view.in_shapes)) + \
-            (view.out_origins or tuple((0,) * len(s) for s in view.out_shapes))
         boxes = tuple(tuple((lo - o, hi - o) for o, (lo, hi) in zip(origin, held[t]))
                       for t, origin in zip(ids, origins))
+    # the part of each input piece inside its tensor (the rest is a padded halo's fill)
+    windows = tuple(tuple((max(0, -o), min(n, full - o)) for o, n, full in zip(origin, shape, graph.tensors[t].shape))
+                    for t, origin, shape in zip(view.inputs, origins, view.in_shapes))
     classes = view.out_classes or (1,) * len(view.outputs)
-    key = (id(graph), node.id, view.attrs, view.in_shapes, view.out_shapes, ids, roles, boxes, classes, view.done,
-           k, runnable_only, id(excluded))
+    key = (id(graph), node.id, view.attrs, view.in_shapes, view.out_shapes, ids, roles, boxes, windows, classes,
+           view.done, k, runnable_only, id(excluded))
     hit = _OPTIONS.get(key)
     if hit is not None and hit[0] is graph and hit[1] is excluded:
         return hit[2]
     try:
         found, whole = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, grads, items, roles, boxes,
-                               classes, view.done)
+                               classes, view.done, windows)
     except TofuError as e:
         raise SearchError(f"node '{node.name}' ({node.op}): {e}") from None
     bad = _excluded_index(excluded).get((view.op, view.attrs, view.in_shapes, view.out_shapes)) \
@@ -349,15 +352,16 @@ def not_runnable(graph: Graph, node: Node, view: NodeView, k: int) -> frozenset:
 
 
 @lru_cache(maxsize=65536)
-def _costed(op, attrs, ins, outs, k, grads, items, roles, held, classes, done=False):
+def _costed(op, attrs, ins, outs, k, grads, items, roles, held, classes, done=False, windows=None):
     """The strategies of one op signature with their costs (shared by all nodes of that signature), and the
     same output splits computed whole on every worker (the fallback when none of them can run)."""
     found, whole = _strategies(op, attrs, ins, outs, k)
     sig = (op, attrs, ins, outs, k)
+    windows = windows or tuple(tuple((0, n) for n in shape) for shape in ins)
     if done and whole:          # computed whole at an earlier cut: it stays whole
-        return _with_costs(sig, True, grads, items, roles, held, classes, done), ()
-    return (_with_costs(sig, False, grads, items, roles, held, classes, done),
-            _with_costs(sig, True, grads, items, roles, held, classes, done))
+        return _with_costs(sig, True, grads, items, roles, held, windows, classes, done), ()
+    return (_with_costs(sig, False, grads, items, roles, held, windows, classes, done),
+            _with_costs(sig, True, grads, items, roles, held, windows, classes, done))
 
 
 @lru_cache(maxsize=16384)
@@ -368,7 +372,7 @@ def _strategies(op, attrs, ins, outs, k):
     return found, tuple(_computed_whole(s) for s in found if s.kind == "output")
 
 
-def _with_costs(sig, whole, grads, items, roles, held, classes, done):
+def _with_costs(sig, whole, grads, items, roles, held, windows, classes, done):
     """Costs in the view's coordinates: ``held`` is the box of each tensor that the group holds (the view's
     whole box at the first step; after it, the tensor's held slice placed where the view's piece starts).
     Worker w holds H_w(d), the w-th slice of that box along d (all of it when replicated). What earlier steps
@@ -377,7 +381,7 @@ def _with_costs(sig, whole, grads, items, roles, held, classes, done):
     own box only, and are cached apart (groups differ in one tensor's box more often than in all)."""
     found = _strategies(*sig)[whole]
     n_in = len(sig[2])
-    ins = [_input_costs(sig, whole, i, held[i], roles[i], grads[i], items[i]) for i in range(n_in)]
+    ins = [_input_costs(sig, whole, i, held[i], windows[i], roles[i], grads[i], items[i]) for i in range(n_in)]
     outs = [_output_costs(sig, whole, o, held[n_in + o], classes[o], done, grads[n_in + o] , items[n_in + o])
             for o in range(len(sig[3]))]
     result = []
@@ -390,8 +394,9 @@ def _with_costs(sig, whole, grads, items, roles, held, classes, done):
 
 
 @lru_cache(maxsize=65536)
-def _input_costs(sig, whole, i, box, role, grad, item):
-    """Per strategy: input i's cost table and the forward bytes its workers receive, per dimension."""
+def _input_costs(sig, whole, i, box, window, role, grad, item):
+    """Per strategy: input i's cost table and the forward bytes its workers receive, per dimension;
+    ``window``: the part of the view's input that lies inside the tensor (half-open, view coordinates)."""
     shape, k = sig[2][i], sig[4]
     out = []
     for s in _strategies(*sig)[whole]:
@@ -400,9 +405,12 @@ def _input_costs(sig, whole, i, box, role, grad, item):
             out.append((zero, zero))
             continue
         regions = [None if w and i in s.once_inputs else r[i] for w, r in enumerate(s.input_regions)]
-        pieces = [r.bounds if r is not None else None for r in regions]
-        read = sum(r.size for r in regions if r is not None)
-        before = math.prod(shape) - _overlap(_whole(shape), box) if read else 0
+        # only the part of a piece inside the tensor is data (a padded view carries its halo's fill)
+        pieces = [tuple((max(a, lo), min(b, hi - 1)) for (a, b), (lo, hi) in zip(r.bounds, window))
+                  if r is not None else None for r in regions]
+        read = sum(math.prod(max(0, b - a + 1) for a, b in p) for p in pieces if p is not None)
+        data = tuple((lo, hi - 1) for lo, hi in window)
+        before = _size(window) - _overlap(data, box) if read else 0
         held_read = _overlaps(pieces, box, k)
         received = {d: (read - v - before) * item for d, v in held_read.items()}
         if role == _PARAM:     # a replicated parameter is held by the group's first worker: the others read it
