@@ -42,6 +42,7 @@ class Count:
     by_tensor: tuple[tuple[str, float], ...]   # per tensor name (op:NAME for its statistics): per-consumer bytes
     by_edge: tuple[tuple[tuple[str, str], float], ...] = ()   # per (node, tensor): what the node reads or makes
     kept: float = 0.0             # forward bytes received for the inputs of ops that keep them for backward
+    largest_buffer: int = 0       # worker 0's largest partial-sum or unconverted output piece, bytes
 
 
 def _size(box: Box) -> int:
@@ -96,6 +97,7 @@ def count(graph: Graph, plan) -> Count:
     per_tensor: dict[str, float] = {}
     per_edge: dict[tuple, float] = {}
     shared_total = kept_total = 0.0
+    largest = 0
     sent: set = set()
 
     def charge(t, elements, key=None, label=None, group=None, node=None, keeps=False):
@@ -130,6 +132,10 @@ def count(graph: Graph, plan) -> Count:
                        keeps=rule_for(node).keeps_inputs)
         if calls[0].expansion:
             _exchange(node, view, calls, factors, choices[node.id], charge)
+        for o, t in enumerate(node.outputs):        # worker 0's largest partial or unconverted output piece
+            piece = calls[0].outputs[o]
+            if piece.partial or piece.box != _held(graph.tensors[t].shape, dims[t], factors, 0):
+                largest = max(largest, _size(piece.box) * item[t])
         for o, t in enumerate(node.outputs):
             if t not in consumed:
                 continue
@@ -149,7 +155,7 @@ def count(graph: Graph, plan) -> Count:
                     moved += need - own
                 charge(t, moved, node=node.name)
     return Count(sum(per_tensor.values()), shared_total,
-                 tuple(per_tensor.items()), tuple(per_edge.items()), kept_total)
+                 tuple(per_tensor.items()), tuple(per_edge.items()), kept_total, largest)
 
 
 def _exchange(node, view, calls, factors, choices, charge):

@@ -14,10 +14,14 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import math
 import time
 from collections.abc import Callable
 
+import numpy as np
+
 from tofu.analysis.compose import OpChoice
+from tofu.analysis.strategies import PartialSum
 from tofu.errors import SearchError, TofuError
 from tofu.graph.ir import Graph
 from tofu.search.coarsen import coarsen
@@ -177,6 +181,28 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                                 tuple((t.name, d) for t, d in zip(graph.tensors, s.tensor_dims)),
                                 tuple((n.name, OpChoice.of(st, s.tensor_dims[n.outputs[0]]))
                                       for n, st in zip(graph.nodes, s.strategies))) for s in steps)
-    memory = per_device_memory(graph, final, fetched=sum(s.kept_bytes for s in steps) / workers)
+    memory = per_device_memory(graph, final, fetched=sum(s.kept_bytes for s in steps) / workers,
+                               transient=_largest_buffer(graph, steps, final))
     return Plan(graph.name, workers, algo, plan_steps, float(total_cost(steps)), seconds,
                 tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))
+
+
+def _largest_buffer(graph: Graph, steps: tuple[CutStep, ...], final) -> int:
+    """The largest output piece the first device computes but does not hold as it is: a partial sum before
+    its reduce-scatter, or a piece laid out otherwise before its conversion (one at a time: MXNet's memory
+    planner frees it once it is sent)."""
+    if not steps:
+        return 0
+    last = steps[-1]
+    largest = 0
+    for node in graph.nodes:
+        s, view = last.strategies[node.id], last.views[node.id]
+        if s is None:                       # a merged element-wise op follows its tensors' split
+            continue
+        for o, t in enumerate(node.outputs):
+            whole = view.done or s.var.endswith("*")
+            shape = view.out_shapes[o] if whole else s.output_regions[0][o].shape
+            partial = not whole and isinstance(s.outputs[o], PartialSum) or view.classes(o) > 1
+            if partial or tuple(shape) != tuple(final[t]):
+                largest = max(largest, math.prod(shape) * np.dtype(graph.tensors[t].dtype).itemsize)
+    return largest

@@ -144,11 +144,13 @@ class Plan:
 
 
 def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
-                      estimate: MemoryEstimate | None = None, fetched: float = 0.0) -> dict[str, int]:
+                      estimate: MemoryEstimate | None = None, fetched: float = 0.0,
+                      transient: int = 0) -> dict[str, int]:
     """Each device's training memory under a plan: every category of the single-device estimate scaled by the
     fraction of its tensors' bytes that one device holds at the end of the recursion, plus ``fetched``: the
     remote regions a device receives for its ops' inputs and keeps until the backward pass (all alive when
-    the forward pass ends, where activations peak; the plan's total over its devices, divided evenly)."""
+    the forward pass ends, where activations peak; the plan's total over its devices, divided evenly), and
+    ``transient``: the largest partial sum or unconverted output piece a device computes (one at a time)."""
     estimate = estimate or estimate_training_memory(graph)
 
     def fraction(roles: tuple[Role, ...]) -> float:
@@ -159,7 +161,7 @@ def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
     p, a = fraction((Role.PARAM,)), fraction((Role.ACTIVATION, Role.DATA, Role.LABEL))
     out = {"params": int(estimate.params * p), "grads": int(estimate.grads * p),
            "optimizer": int(estimate.optimizer * p), "aux": int(estimate.aux * fraction((Role.AUX,))),
-           "activations": int(estimate.activations * a), "fetched": int(fetched),
+           "activations": int(estimate.activations * a), "fetched": int(fetched), "transient": int(transient),
            "workspace": int(estimate.workspace * a)}
     out["total"] = sum(out.values())
     return out
