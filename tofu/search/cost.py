@@ -138,7 +138,7 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
         const: list[float] | None = None
         terms: dict[int, list[list[float]]] = {}
         kept: dict[int, list[list[float]]] = {}     # forward bytes received that the op keeps for backward
-        fetched: set[tuple[int, int, int]] = set()
+        read_once: set[tuple[int, int, int]] = set()
         names = kinds = produces = None
         for nid in nodes:
             node = graph.nodes[nid]
@@ -175,9 +175,9 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
                     const[s] += o.const * mult
                     for p, (t, per_dim) in enumerate(o.terms):
                         if p < n_inputs:
-                            if (t, s, gi) in fetched:
+                            if (t, s, gi) in read_once:
                                 continue    # a tied op reads the same tensor (an RNN weight): fetched once
-                            fetched.add((t, s, gi))
+                            read_once.add((t, s, gi))
                         _add(terms, tensor_group[t], tgroups, len(options), s, per_dim, mult)
                         if p < n_inputs and keeps:
                             _add(kept, tensor_group[t], tgroups, len(options), s, o.fetched[p][1], mult)
@@ -321,8 +321,8 @@ def _tensor_info(graph: Graph) -> _TensorInfo:
 
 
 def _role(tensor) -> int:
-    """Auxiliary states are never sent (every device keeps the box its op reads); a tensor without a producer
-    (a parameter) is held once per box, so its replicas' gradients are all-reduced by its readers."""
+    """Auxiliary states are never sent (every device keeps the box its op reads); a parameter is held once per
+    box, by its first holder, which the other readers of a replica fetch it from and send gradients to."""
     if tensor.role is Role.AUX:
         return _AUX
     return _PARAM if tensor.role is Role.PARAM else _COMPUTED
