@@ -4,12 +4,21 @@ Families (each op registered on its own, through a small factory per family):
 - activations: Activation (relu, sigmoid, tanh, softrelu, softsign), LeakyReLU (leaky, elu, selu, gelu,
   prelu), Dropout (identity outside training);
 - unary math: relu, sigmoid, tanh, exp, log, sqrt, rsqrt, square, negative, abs, sign, reciprocal, log1p,
-  expm1, sin, cos, erf, softsign, _copy, BlockGrad, zeros_like, ones_like;
+  expm1, sin, cos, erf, softsign, _copy, BlockGrad, zeros_like, ones_like; trigonometric and hyperbolic
+  (tan, arcsin, arccos, arctan, sinh, cosh, arcsinh, arccosh, arctanh, degrees, radians), rounding (floor,
+  ceil, round, rint, fix, trunc), cbrt, rcbrt, log2, log10, gamma, gammaln, erfinv, logical_not;
 - scalar ops: _plus_scalar, _minus_scalar, _rminus_scalar, _mul_scalar, _div_scalar, _rdiv_scalar,
-  _power_scalar, _maximum_scalar, _minimum_scalar;
-- binary: elemwise_add, elemwise_sub, elemwise_mul, elemwise_div;
-- broadcast: broadcast_add, broadcast_sub, broadcast_mul, broadcast_div, broadcast_maximum, broadcast_minimum;
-- others: add_n (variadic sum), clip, _zeros, _ones (no inputs).
+  _power_scalar, _rpower_scalar, _maximum_scalar, _minimum_scalar, _hypot_scalar, _mod_scalar, _rmod_scalar,
+  comparisons (_equal_scalar, ...) and logical ops (_logical_and_scalar, ...);
+- binary: elemwise_add, elemwise_sub, elemwise_mul, elemwise_div, _grad_add, _power, _hypot, _maximum,
+  _minimum, _mod, comparisons (_equal, _not_equal, _greater, _greater_equal, _lesser, _lesser_equal) and
+  logical ops (_logical_and, _logical_or, _logical_xor);
+- broadcast: broadcast_add, broadcast_sub, broadcast_mul, broadcast_div, broadcast_maximum, broadcast_minimum,
+  broadcast_power, broadcast_hypot, broadcast_mod, and the broadcast comparisons and logical ops;
+- others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, Cast, _zeros, _ones (no inputs).
+
+Comparisons and logical ops give 1.0 where they hold and 0.0 elsewhere, in the input's type (as MXNet's
+float kernels do); logical ops treat every non-zero value as true.
 
 Broadcast operands are read with the constant index 0 along their extent-1 dimensions (right-aligned with
 the output, as MXNet pads the shorter shape with leading 1s).
@@ -22,9 +31,10 @@ from dataclasses import dataclass
 
 from tofu.errors import TDLError
 from tofu.tdl.describe import Case, NoAttrs, tdl_op
-from tofu.tdl.expr import (TensorVar, ValueExpr, Var, abs_, cos, erf, exp, expm1, gt, log, log1p, maximum,
-                           minimum, reciprocal, relu, rsqrt, sigmoid, sign, sin, softrelu, sqrt, square, tanh,
-                           where, uses)
+from tofu.tdl.expr import (TensorVar, ValueExpr, Var, abs_, arccos, arcsin, arctan, ceil, cos, eq, erf, erfinv,
+                           exp, expm1, floor, gamma, gammaln, ge, gt, le, log, log1p, lt, maximum, minimum, ne,
+                           reciprocal, relu, rint, round_, rsqrt, sigmoid, sign, sin, softrelu, sqrt, square,
+                           tanh, trunc, uses, where)
 
 UnaryFn = Callable[[ValueExpr], ValueExpr]
 
@@ -131,11 +141,12 @@ def dropout(data: TensorVar, attrs: DropoutAttrs):
 
 # -------------------------------------------------------------------------------------------- unary math
 
-def _unary_op(op: str, fn: UnaryFn, formula: str, *, positive: bool = False) -> None:
-    """Registers ``op``: out[i] = fn(data[i]), with two cases (ranks 2 and 3)."""
-    pos = (0,) if positive else ()
+def _unary_op(op: str, fn: UnaryFn, formula: str, *, positive: bool = False, draw: dict | None = None) -> None:
+    """Registers ``op``: out[i] = fn(data[i]), with two cases (ranks 2 and 3) whose inputs are drawn as ``draw``
+    says (Case keywords; ``positive`` is short for positive inputs)."""
+    draw = draw or ({"positive": (0,)} if positive else {})
     _register(op, lambda data, attrs: (lambda *i: fn(data[i])), f"out[i] = {formula}   (element-wise).",
-              inputs=("data",), cases=[Case(shapes=((3, 4),), positive=pos), Case(shapes=((2, 3, 4),), positive=pos)])
+              inputs=("data",), cases=[Case(shapes=((3, 4),), **draw), Case(shapes=((2, 3, 5),), **draw)])
 
 
 _unary_op("relu", relu, "max(data[i], 0)")
@@ -161,8 +172,47 @@ _unary_op("BlockGrad", lambda x: x, "data[i]  (identity forward; stops the gradi
 _unary_op("zeros_like", lambda x: uses(0.0, x), "0  (shape of data: its elements are read for their positions)")
 _unary_op("ones_like", lambda x: uses(1.0, x), "1  (shape of data: its elements are read for their positions)")
 
+UNIT = {"uniform": ((0, -0.95, 0.95),)}     # inside the domain (-1, 1) of arcsin, arccos, arctanh, erfinv
+SMALL_INTS = {"ints": ((0, 3),)}            # 0, 1 and 2: zeros for the logical ops
+
+
+def _cbrt(x: ValueExpr) -> ValueExpr:
+    return sign(x) * abs_(x) ** (1.0 / 3.0)
+
+
+_unary_op("tan", lambda x: sin(x) / cos(x), "sin(data[i]) / cos(data[i])")
+_unary_op("arcsin", arcsin, "arcsin(data[i])", draw=UNIT)
+_unary_op("arccos", arccos, "arccos(data[i])", draw=UNIT)
+_unary_op("arctan", arctan, "arctan(data[i])")
+_unary_op("sinh", lambda x: (exp(x) - exp(-x)) / 2.0, "(exp(data[i]) - exp(-data[i])) / 2")
+_unary_op("cosh", lambda x: (exp(x) + exp(-x)) / 2.0, "(exp(data[i]) + exp(-data[i])) / 2")
+_unary_op("arcsinh", lambda x: log(x + sqrt(square(x) + 1.0)), "log(data[i] + sqrt(data[i]^2 + 1))")
+_unary_op("arccosh", lambda x: log(x + sqrt(square(x) - 1.0)), "log(data[i] + sqrt(data[i]^2 - 1))",
+          draw={"uniform": ((0, 1.0, 3.0),)})
+_unary_op("arctanh", lambda x: 0.5 * log((1.0 + x) / (1.0 - x)), "log((1 + data[i]) / (1 - data[i])) / 2",
+          draw=UNIT)
+_unary_op("degrees", lambda x: x * (180.0 / math.pi), "data[i] * 180 / pi")
+_unary_op("radians", lambda x: x * (math.pi / 180.0), "data[i] * pi / 180")
+_unary_op("floor", floor, "floor(data[i])")
+_unary_op("ceil", ceil, "ceil(data[i])")
+_unary_op("round", round_, "data[i] rounded to the nearest integer, halves away from zero")
+_unary_op("rint", rint, "data[i] rounded to the nearest integer, halves to the even one")
+_unary_op("fix", trunc, "data[i] rounded toward zero")
+_unary_op("trunc", trunc, "data[i] rounded toward zero")
+_unary_op("cbrt", _cbrt, "sign(data[i]) * |data[i]|^(1/3)")
+_unary_op("rcbrt", lambda x: 1.0 / _cbrt(x), "1 / cbrt(data[i])")
+_unary_op("log2", lambda x: log(x) / math.log(2.0), "log(data[i]) / log(2)", positive=True)
+_unary_op("log10", lambda x: log(x) / math.log(10.0), "log(data[i]) / log(10)", positive=True)
+_unary_op("gamma", gamma, "gamma(data[i])")
+_unary_op("gammaln", gammaln, "log |gamma(data[i])|")
+_unary_op("erfinv", erfinv, "erf^-1(data[i])", draw=UNIT)
+_unary_op("logical_not", lambda x: eq(x, 0.0), "1 if data[i] == 0 else 0", draw=SMALL_INTS)
+
 
 # -------------------------------------------------------------------------------------------- scalar ops
+
+BinaryFnLike = Callable[[ValueExpr, "ValueExpr | float"], ValueExpr]
+
 
 @dataclass(frozen=True)
 class ScalarAttrs:
@@ -170,13 +220,14 @@ class ScalarAttrs:
 
 
 def _scalar_op(op: str, fn: Callable[[ValueExpr, float], ValueExpr], formula: str, *,
-               scalars: tuple[float, float] = (2.5, -0.75), positive: bool = False) -> None:
-    """Registers ``op``: out[i] = fn(data[i], scalar), with one case per scalar value."""
-    pos = (0,) if positive else ()
+               scalars: tuple[float, float] = (2.5, -0.75), positive: bool = False, draw: dict | None = None) -> None:
+    """Registers ``op``: out[i] = fn(data[i], scalar), with one case per scalar value (inputs drawn as
+    ``draw`` says, as for :func:`_unary_op`)."""
+    draw = draw or ({"positive": (0,)} if positive else {})
     _register(op, lambda data, attrs: (lambda *i: fn(data[i], attrs.scalar)),
               f"out[i] = {formula}   (element-wise, scalar attribute s).", inputs=("data",), attrs=ScalarAttrs,
-              cases=[Case(shapes=((3, 4),), attrs={"scalar": scalars[0]}, positive=pos),
-                     Case(shapes=((2, 3, 4),), attrs={"scalar": scalars[1]}, positive=pos)])
+              cases=[Case(shapes=((3, 4),), attrs={"scalar": scalars[0]}, **draw),
+                     Case(shapes=((2, 3, 5),), attrs={"scalar": scalars[1]}, **draw)])
 
 
 _scalar_op("_plus_scalar", lambda x, s: x + s, "data[i] + s")
@@ -190,23 +241,84 @@ _scalar_op("_maximum_scalar", maximum, "max(data[i], s)", scalars=(0.1, -0.3))
 _scalar_op("_minimum_scalar", minimum, "min(data[i], s)", scalars=(0.1, -0.3))
 
 
+def _hypot(a: ValueExpr, b: ValueExpr | float) -> ValueExpr:
+    return sqrt(square(a) + square(b))
+
+
+def _mod(a: ValueExpr | float, b: ValueExpr | float) -> ValueExpr:
+    """a - floor(a / b) * b (the sign of b, as numpy's mod), and 0 where b is 0 (MXNet's choice)."""
+    return where(eq(b, 0.0), 0.0, a - floor(a / b) * b)
+
+
+def _truth(x: ValueExpr | float) -> ValueExpr:
+    return ne(x, 0.0)
+
+
+def _logical_and(a, b) -> ValueExpr:
+    return _truth(a) * _truth(b)
+
+
+def _logical_or(a, b) -> ValueExpr:
+    return maximum(_truth(a), _truth(b))
+
+
+def _logical_xor(a, b) -> ValueExpr:
+    return ne(_truth(a), _truth(b))
+
+
+_scalar_op("_rpower_scalar", lambda x, s: s ** x, "s ** data[i]", scalars=(2.5, 0.5))
+_scalar_op("_hypot_scalar", _hypot, "sqrt(data[i]^2 + s^2)")
+_scalar_op("_mod_scalar", _mod, "data[i] mod s  (the sign of s; 0 where s = 0)", scalars=(1.5, -0.75))
+_scalar_op("_rmod_scalar", lambda x, s: _mod(s, x), "s mod data[i]  (the sign of data[i]; 0 where it is 0)",
+           scalars=(2.5, -1.25), draw={"ints": ((0, 4),)})
+
+COMPARISONS: dict[str, BinaryFnLike] = {"equal": eq, "not_equal": ne, "greater": gt, "greater_equal": ge,
+                                        "lesser": lt, "lesser_equal": le}
+COMPARISON_SYMBOLS = {"equal": "==", "not_equal": "!=", "greater": ">", "greater_equal": ">=", "lesser": "<",
+                      "lesser_equal": "<="}
+LOGICAL: dict[str, BinaryFnLike] = {"logical_and": _logical_and, "logical_or": _logical_or,
+                                    "logical_xor": _logical_xor}
+LOGICAL_WORDS = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
+
+for _name, _fn in COMPARISONS.items():
+    _scalar_op(f"_{_name}_scalar", _fn, f"1 if data[i] {COMPARISON_SYMBOLS[_name]} s else 0",
+               scalars=(1.0, 0.25), draw={"ints": ((0, 3),)})
+for _name, _fn in LOGICAL.items():
+    _scalar_op(f"_{_name}_scalar", _fn, f"1 if (data[i] != 0) {LOGICAL_WORDS[_name]} (s != 0) else 0",
+               scalars=(0.0, 2.5), draw=SMALL_INTS)
+
+
 # ---------------------------------------------------------------------------------- binary and broadcast
 
 BinaryFn = Callable[[ValueExpr, ValueExpr], ValueExpr]
 
 
-def _elemwise_op(op: str, fn: BinaryFn, formula: str, *, positive_rhs: bool = False) -> None:
-    """Registers ``op``: out[i] = fn(lhs[i], rhs[i]) on equal shapes."""
-    pos = (1,) if positive_rhs else ()
+def _elemwise_op(op: str, fn: BinaryFn, formula: str, *, positive_rhs: bool = False,
+                 draw: dict | None = None) -> None:
+    """Registers ``op``: out[i] = fn(lhs[i], rhs[i]) on equal shapes (inputs drawn as ``draw`` says)."""
+    draw = draw or ({"positive": (1,)} if positive_rhs else {})
     _register(op, lambda lhs, rhs, attrs: (lambda *i: fn(lhs[i], rhs[i])),
               f"out[i] = {formula}   (element-wise, equal shapes).", inputs=("lhs", "rhs"),
-              cases=[Case(shapes=((3, 4), (3, 4)), positive=pos), Case(shapes=((2, 3, 4), (2, 3, 4)), positive=pos)])
+              cases=[Case(shapes=((3, 4), (3, 4)), **draw), Case(shapes=((2, 3, 5), (2, 3, 5)), **draw)])
 
 
 _elemwise_op("elemwise_add", lambda a, b: a + b, "lhs[i] + rhs[i]")
 _elemwise_op("elemwise_sub", lambda a, b: a - b, "lhs[i] - rhs[i]")
 _elemwise_op("elemwise_mul", lambda a, b: a * b, "lhs[i] * rhs[i]")
 _elemwise_op("elemwise_div", lambda a, b: a / b, "lhs[i] / rhs[i]", positive_rhs=True)
+_elemwise_op("_grad_add", lambda a, b: a + b, "lhs[i] + rhs[i]  (the sum of gradients in backward graphs)")
+_elemwise_op("_power", lambda a, b: a ** b, "lhs[i] ** rhs[i]", draw={"positive": (0,)})
+_elemwise_op("_hypot", _hypot, "sqrt(lhs[i]^2 + rhs[i]^2)")
+_elemwise_op("_maximum", maximum, "max(lhs[i], rhs[i])")
+_elemwise_op("_minimum", minimum, "min(lhs[i], rhs[i])")
+_elemwise_op("_mod", _mod, "lhs[i] mod rhs[i]  (the sign of rhs[i]; 0 where rhs[i] = 0)",
+             draw={"ints": ((0, 5), (1, 3))})
+BOTH_INTS = {"ints": ((0, 3), (1, 3))}       # equal elements and zeros occur
+for _name, _fn in COMPARISONS.items():
+    _elemwise_op(f"_{_name}", _fn, f"1 if lhs[i] {COMPARISON_SYMBOLS[_name]} rhs[i] else 0", draw=BOTH_INTS)
+for _name, _fn in LOGICAL.items():
+    _elemwise_op(f"_{_name}", _fn, f"1 if (lhs[i] != 0) {LOGICAL_WORDS[_name]} (rhs[i] != 0) else 0",
+                 draw=BOTH_INTS)
 
 
 def broadcast_read(x: TensorVar, i: Sequence[Var]) -> ValueExpr:
@@ -223,9 +335,14 @@ BROADCAST_CASES = [
 ]
 
 
-def _broadcast_op(op: str, fn: BinaryFn, formula: str, *, positive_rhs: bool = False) -> None:
-    """Registers ``op``: out[i] = fn(lhs[i'], rhs[i'']) with broadcasting."""
-    cases = [Case(c.shapes, positive=(1,)) for c in BROADCAST_CASES] if positive_rhs else BROADCAST_CASES
+def _broadcast_op(op: str, fn: BinaryFn, formula: str, *, positive_rhs: bool = False,
+                  draw: dict | None = None) -> None:
+    """Registers ``op``: out[i] = fn(lhs[i'], rhs[i'']) with broadcasting (inputs drawn as ``draw`` says; with
+    it, only the first three shapes of BROADCAST_CASES)."""
+    if draw:
+        cases = [Case(c.shapes, **draw) for c in BROADCAST_CASES[:3]]
+    else:
+        cases = [Case(c.shapes, positive=(1,)) for c in BROADCAST_CASES] if positive_rhs else BROADCAST_CASES
     _register(op, lambda lhs, rhs, attrs: (lambda *i: fn(broadcast_read(lhs, i), broadcast_read(rhs, i))),
               f"out[i] = {formula}   (broadcasting: extent-1 and missing leading dims repeat).",
               inputs=("lhs", "rhs"), cases=cases)
@@ -237,6 +354,16 @@ _broadcast_op("broadcast_mul", lambda a, b: a * b, "lhs[i] * rhs[i]")
 _broadcast_op("broadcast_div", lambda a, b: a / b, "lhs[i] / rhs[i]", positive_rhs=True)
 _broadcast_op("broadcast_maximum", maximum, "max(lhs[i], rhs[i])")
 _broadcast_op("broadcast_minimum", minimum, "min(lhs[i], rhs[i])")
+_broadcast_op("broadcast_power", lambda a, b: a ** b, "lhs[i] ** rhs[i]", draw={"positive": (0,)})
+_broadcast_op("broadcast_hypot", _hypot, "sqrt(lhs[i]^2 + rhs[i]^2)")
+_broadcast_op("broadcast_mod", _mod, "lhs[i] mod rhs[i]  (the sign of rhs[i]; 0 where rhs[i] = 0)",
+              draw={"ints": ((0, 5), (1, 3))})
+for _name, _fn in COMPARISONS.items():
+    _broadcast_op(f"broadcast_{_name}", _fn, f"1 if lhs[i] {COMPARISON_SYMBOLS[_name]} rhs[i] else 0",
+                  draw=BOTH_INTS)
+for _name, _fn in LOGICAL.items():
+    _broadcast_op(f"broadcast_{_name}", _fn, f"1 if (lhs[i] != 0) {LOGICAL_WORDS[_name]} (rhs[i] != 0) else 0",
+                  draw=BOTH_INTS)
 
 
 # ---------------------------------------------------------------------------------------------- others
@@ -268,6 +395,66 @@ class ClipAttrs:
 def clip(data: TensorVar, attrs: ClipAttrs):
     """out[i] = min(max(data[i], a_min), a_max)."""
     return lambda *i: minimum(maximum(data[i], attrs.a_min), attrs.a_max)
+
+
+@tdl_op("where", inputs=("condition", "x", "y"), cases=[
+    Case(shapes=((3, 4), (3, 4), (3, 4)), ints=((0, 3),)),
+    Case(shapes=((3,), (3, 2, 5), (3, 2, 5)), ints=((0, 2),)),
+])
+def where_(condition: TensorVar, x: TensorVar, y: TensorVar, attrs: NoAttrs):
+    """out[i] = x[i] if condition[i] != 0 else y[i]  (a 1-D condition selects whole rows: condition[i_0])."""
+    if condition.ndim == 1 and x.ndim > 1:
+        return lambda *i: where(condition[i[0]], x[i], y[i])
+    return lambda *i: where(condition[i], x[i], y[i])
+
+
+@dataclass(frozen=True)
+class HardSigmoidAttrs:
+    alpha: float = 0.2
+    beta: float = 0.5
+
+
+@tdl_op("hard_sigmoid", inputs=("data",), attrs=HardSigmoidAttrs, cases=[
+    Case(shapes=((3, 4),)),
+    Case(shapes=((2, 3, 5),), attrs={"alpha": 0.7, "beta": 0.25}),
+])
+def hard_sigmoid(data: TensorVar, attrs: HardSigmoidAttrs):
+    """out[i] = min(max(alpha * data[i] + beta, 0), 1)."""
+    return lambda *i: minimum(maximum(attrs.alpha * data[i] + attrs.beta, 0.0), 1.0)
+
+
+@tdl_op("smooth_l1", inputs=("data",), attrs=ScalarAttrs, cases=[
+    Case(shapes=((3, 4),)),
+    Case(shapes=((2, 3, 5),), attrs={"scalar": 2.0}),
+    Case(shapes=((3, 5),), attrs={"scalar": 0.5}),
+])
+def smooth_l1(data: TensorVar, attrs: ScalarAttrs):
+    """out[i] = (s * x)^2 / 2 if |x| < 1 / s^2 else |x| - 1 / (2 s^2), x = data[i] and s the scalar attribute."""
+    s2 = attrs.scalar * attrs.scalar
+    return lambda *i: where(lt(abs_(data[i]), 1.0 / s2), 0.5 * s2 * square(data[i]), abs_(data[i]) - 0.5 / s2)
+
+
+@dataclass(frozen=True)
+class CastAttrs:
+    dtype: str
+
+
+CAST_EXACT = {"float32": "data[i]", "float64": "data[i]", "int32": "trunc(data[i])", "int64": "trunc(data[i])"}
+
+
+@tdl_op("Cast", inputs=("data",), attrs=CastAttrs, cases=[
+    Case(shapes=((3, 4),), attrs={"dtype": "float32"}),
+    Case(shapes=((2, 3, 5),), attrs={"dtype": "int32"}),
+    Case(shapes=((3, 5),), attrs={"dtype": "float64"}),
+])
+def cast(data: TensorVar, attrs: CastAttrs):
+    """out[i] = data[i] (to float32, float64) or trunc(data[i]) (to int32, int64: toward zero, for values in
+    range); the other types round to fewer bits or wrap around and are not described."""
+    if attrs.dtype not in CAST_EXACT:
+        raise TDLError(f"Cast: dtype '{attrs.dtype}' is not described (only {', '.join(CAST_EXACT)})")
+    if attrs.dtype.startswith("int"):
+        return lambda *i: trunc(data[i])
+    return lambda *i: data[i]
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,13 @@ CASES = [(op, case) for op, spec in sorted(SPECS.items()) for case in spec.cases
 def random_inputs(case, seed=0):
     rng = np.random.default_rng(seed)
     ints = dict(case.ints)
+    bounds = {i: (low, high) for i, low, high in case.uniform}
     out = []
     for i, shape in enumerate(case.shapes):
         if i in ints:
             out.append(rng.integers(0, ints[i], size=shape).astype(np.float32))
+        elif i in bounds:
+            out.append(rng.uniform(*bounds[i], size=shape).astype(np.float32))
         elif i in case.positive:
             out.append(rng.uniform(0.5, 2.0, size=shape).astype(np.float32))
         else:

@@ -47,6 +47,8 @@ class Case:
         attrs: MXNet attribute values as Python values.
         ints: ``(input position, n)``: that input holds integers drawn from [0, n) (indices, labels).
         positive: positions of inputs drawn from positive values (variances).
+        uniform: ``(input position, low, high)``: that input is drawn uniformly from [low, high) (arguments of
+            arcsin or arccosh, fractional sequence lengths).
         train: run MXNet's operator in training mode (BatchNorm's batch statistics).
     """
 
@@ -54,6 +56,7 @@ class Case:
     attrs: Mapping[str, AttrValue] = field(default_factory=dict)
     ints: tuple[tuple[int, int], ...] = ()
     positive: tuple[int, ...] = ()
+    uniform: tuple[tuple[int, float, float], ...] = ()
     train: bool = False
 
     def parsed_attrs(self) -> Attrs:

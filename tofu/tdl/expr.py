@@ -218,7 +218,8 @@ class Const(ValueExpr):
 
 
 UNARY = ("neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "relu", "softrelu", "abs", "square",
-         "log1p", "expm1", "sin", "cos", "sign", "erf", "reciprocal")
+         "log1p", "expm1", "sin", "cos", "sign", "erf", "reciprocal", "arcsin", "arccos", "arctan", "floor", "ceil",
+         "trunc", "round", "rint", "gamma", "gammaln", "erfinv")
 BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum")
 COMPARE = ("gt", "ge", "lt", "le", "eq", "ne")
 REDUCERS = ("sum", "max", "min", "prod")
@@ -563,6 +564,10 @@ exp, log, sqrt, rsqrt, tanh, sigmoid, relu, softrelu = map(_unary, ("exp", "log"
 abs_, square, log1p, expm1, sin, cos, sign, erf, reciprocal = map(_unary, ("abs", "square", "log1p", "expm1",
                                                                           "sin", "cos", "sign", "erf",
                                                                           "reciprocal"))
+arcsin, arccos, arctan = map(_unary, ("arcsin", "arccos", "arctan"))
+# rounding: round goes half away from zero, rint half to even (MXNet's round and rint)
+floor, ceil, trunc, round_, rint = map(_unary, ("floor", "ceil", "trunc", "round", "rint"))
+gamma, gammaln, erfinv = map(_unary, ("gamma", "gammaln", "erfinv"))     # gammaln: log |gamma(x)|
 
 
 def maximum(a, b) -> Binary:

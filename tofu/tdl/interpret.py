@@ -17,17 +17,26 @@ from tofu.tdl.expr import (FULL, Access, Affine, Binary, Compare, Computed, Cons
                            IndexValue, Mod, OpaqueCall, Reduce, Select, TensorLike, Unary, Uses, ValueExpr, Var)
 
 
-def _erf(x: np.ndarray) -> np.ndarray:
-    from scipy.special import erf
-    return erf(x)
+def _special(name: str):
+    """scipy.special's ``name`` (imported on first use)."""
+    def fn(x: np.ndarray) -> np.ndarray:
+        import scipy.special
+        return getattr(scipy.special, name)(x)
+    return fn
+
+
+def _round_half_away(x: np.ndarray) -> np.ndarray:
+    return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
 _UNARY = {
     "neg": np.negative, "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda x: 1.0 / np.sqrt(x),
     "tanh": np.tanh, "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)), "relu": lambda x: np.maximum(x, 0.0),
     "softrelu": lambda x: np.logaddexp(0.0, x), "abs": np.abs, "square": np.square, "log1p": np.log1p,
-    "expm1": np.expm1, "sin": np.sin, "cos": np.cos, "sign": np.sign, "erf": _erf,
-    "reciprocal": lambda x: 1.0 / x,
+    "expm1": np.expm1, "sin": np.sin, "cos": np.cos, "sign": np.sign, "erf": _special("erf"),
+    "reciprocal": lambda x: 1.0 / x, "arcsin": np.arcsin, "arccos": np.arccos, "arctan": np.arctan,
+    "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": _round_half_away, "rint": np.rint,
+    "gamma": _special("gamma"), "gammaln": _special("gammaln"), "erfinv": _special("erfinv"),
 }
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
            "maximum": np.maximum, "minimum": np.minimum}
