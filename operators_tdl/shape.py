@@ -1,9 +1,12 @@
 """TDL descriptions of the shape family: data movement without arithmetic.
 
 Ops: Reshape, Flatten, transpose, SwapAxis, Concat, SliceChannel, slice_axis, slice, expand_dims, squeeze,
-stack, tile, repeat. Each output element reads one input element; wherever a dimension maps onto a
-dimension, it is indexed directly (affine), and only dimensions whose extents are regrouped (Reshape's
-merged or split dims, tile, repeat) use ``//`` and ``%``.
+stack, tile, repeat, broadcast_to, broadcast_axis, broadcast_like, reshape_like, slice_like, reverse,
+depth_to_space, space_to_depth, diag. Each output element reads one input element; wherever a dimension maps
+onto a dimension, it is indexed directly (affine), and only dimensions whose extents are regrouped (Reshape's
+merged or split dims, tile, repeat, the block moves) use ``//`` and ``%``. The ``*_like`` ops take only the
+shape of their second input; its elements are declared read (``uses``) along the axes it sizes, so that a
+worker's shard of it gives MXNet's kernel the shard's extents.
 """
 from __future__ import annotations
 
@@ -13,7 +16,9 @@ from dataclasses import dataclass
 
 from tofu.errors import TDLError
 from tofu.tdl.describe import Case, NoAttrs, tdl_op
-from tofu.tdl.expr import IndexExpr, IndexValue, TensorVar, ValueExpr, Var, eq, lt, where
+from tofu.tdl.expr import IndexExpr, IndexValue, TensorVar, ValueExpr, Var, eq, lt, uses, where
+
+from operators_tdl.elementwise import broadcast_read
 
 Shape = tuple[int, ...]
 
@@ -317,3 +322,176 @@ def repeat(data: TensorVar, attrs: RepeatAttrs) -> Callable:
         return lambda j: data[tuple(_unravel(j // attrs.repeats, data.shape))]
     axis = _axis(attrs.axis, data.ndim, "repeat")
     return lambda *o: data[_replace(o, axis, o[axis] // attrs.repeats)]
+
+
+# ------------------------------------------------------------------------- broadcasting, reversal, blocks
+
+@dataclass(frozen=True)
+class BroadcastToAttrs:
+    shape: tuple[int, ...] = ()
+
+
+@tdl_op("broadcast_to", inputs=("data",), attrs=BroadcastToAttrs, cases=[
+    Case(shapes=((1, 4),), attrs={"shape": (3, 4)}),
+    Case(shapes=((2, 1, 1),), attrs={"shape": (2, 3, 5)}),
+    Case(shapes=((1, 3, 1),), attrs={"shape": (4, 0, 2)}),          # 0 keeps the input's extent
+])
+def broadcast_to(data: TensorVar, attrs: BroadcastToAttrs) -> Callable:
+    """out[i] = data[i with 0 on data's extent-1 dims]  (out.shape = the ``shape`` attribute, 0 = keep)."""
+    return lambda *o: broadcast_read(data, o)
+
+
+@dataclass(frozen=True)
+class BroadcastAxisAttrs:
+    axis: tuple[int, ...] = ()
+    size: tuple[int, ...] = ()
+
+
+@tdl_op("broadcast_axis", inputs=("data",), attrs=BroadcastAxisAttrs, cases=[
+    Case(shapes=((3, 1),), attrs={"axis": 1, "size": 4}),
+    Case(shapes=((2, 1, 1),), attrs={"axis": (1, 2), "size": (3, 5)}),
+])
+def broadcast_axis(data: TensorVar, attrs: BroadcastAxisAttrs) -> Callable:
+    """out[i] = data[i with 0 on each listed ``axis``]  (those extent-1 axes grow to ``size``)."""
+    axes = {_axis(a, data.ndim, "broadcast_axis") for a in attrs.axis}
+    return lambda *o: data[tuple(0 if d in axes else v for d, v in enumerate(o))]
+
+
+@dataclass(frozen=True)
+class BroadcastLikeAttrs:
+    lhs_axes: tuple[int, ...] | None = None
+    rhs_axes: tuple[int, ...] | None = None
+
+
+@tdl_op("broadcast_like", inputs=("lhs", "rhs"), attrs=BroadcastLikeAttrs, cases=[
+    Case(shapes=((1, 4), (3, 4))),
+    Case(shapes=((2, 1, 1), (2, 3, 5))),
+    Case(shapes=((1, 3, 1), (5, 2)), attrs={"lhs_axes": (0, 2), "rhs_axes": (1, 0)}),
+])
+def broadcast_like(lhs: TensorVar, rhs: TensorVar, attrs: BroadcastLikeAttrs) -> Callable:
+    """out[i] = lhs[i with 0 on lhs's extent-1 dims]; out.shape is rhs's (lhs_axes: lhs's axes take the extents
+    of rhs_axes). Only rhs's shape matters: its elements are declared read (``uses``) along the axes it sizes."""
+    if attrs.lhs_axes is None or attrs.rhs_axes is None:
+        return lambda *o: uses(broadcast_read(lhs, o), rhs[o])
+    pairs = {_axis(a, lhs.ndim, "broadcast_like"): _axis(b, rhs.ndim, "broadcast_like")
+             for a, b in zip(attrs.lhs_axes, attrs.rhs_axes)}
+
+    def out(*o: Var) -> ValueExpr:
+        at_rhs: list[IndexExpr] = [0] * rhs.ndim
+        for a, b in pairs.items():
+            at_rhs[b] = o[a]
+        return uses(lhs[tuple(0 if n == 1 else v for n, v in zip(lhs.shape, o))], rhs[tuple(at_rhs)])
+    return out
+
+
+@tdl_op("reshape_like", inputs=("lhs", "rhs"), cases=[
+    Case(shapes=((2, 6), (3, 4))),
+    Case(shapes=((6, 5), (2, 3, 5))),
+])
+def reshape_like(lhs: TensorVar, rhs: TensorVar, attrs: NoAttrs, *, out_shapes: Sequence[Shape]) -> Callable:
+    """out[o] = lhs[unravel(ravel(o, rhs.shape), lhs.shape)]  (Reshape to rhs's shape; rhs's elements are declared
+    read, ``uses``, for their positions)."""
+    if tuple(out_shapes[0]) != rhs.shape:
+        raise TDLError("reshape_like: only the whole of rhs's shape is described (lhs_begin ... rhs_end unset)")
+    return lambda *o: uses(lhs[_reshaped(lhs.shape, out_shapes[0], o)], rhs[o])
+
+
+@dataclass(frozen=True)
+class SliceLikeAttrs:
+    axes: tuple[int, ...] = ()
+
+
+@tdl_op("slice_like", inputs=("data", "shape_like"), attrs=SliceLikeAttrs, cases=[
+    Case(shapes=((3, 5), (2, 3))),
+    Case(shapes=((2, 3, 5), (1, 2, 7)), attrs={"axes": (0, -2)}),
+])
+def slice_like(data: TensorVar, shape_like: TensorVar, attrs: SliceLikeAttrs) -> Callable:
+    """out[o] = data[o]: the leading corner of data, as large as shape_like on ``axes`` (default all); shape_like's
+    elements are declared read (``uses``) along those axes, for their extents."""
+    axes = ({_axis(a, data.ndim, "slice_like") for a in attrs.axes} if attrs.axes else set(range(data.ndim)))
+    return lambda *o: uses(data[o], shape_like[tuple(v if d in axes else 0 for d, v in enumerate(o))])
+
+
+@dataclass(frozen=True)
+class ReverseAttrs:
+    axis: tuple[int, ...]
+
+
+@tdl_op("reverse", inputs=("data",), attrs=ReverseAttrs, cases=[
+    Case(shapes=((3, 4),), attrs={"axis": 0}),
+    Case(shapes=((2, 3, 5),), attrs={"axis": (0, 2)}),
+])
+def reverse(data: TensorVar, attrs: ReverseAttrs) -> Callable:
+    """out[..., j, ...] = data[..., n - 1 - j, ...]  along each ``axis`` (n its extent)."""
+    axes = {_axis(a, data.ndim, "reverse") for a in attrs.axis}
+    return lambda *o: data[tuple(n - 1 - v if d in axes else v for d, (v, n) in enumerate(zip(o, data.shape)))]
+
+
+@dataclass(frozen=True)
+class BlockAttrs:
+    block_size: int
+
+
+@tdl_op("depth_to_space", inputs=("data",), attrs=BlockAttrs, cases=[
+    Case(shapes=((2, 12, 2, 4),), attrs={"block_size": 2}),
+    Case(shapes=((1, 9, 2, 3),), attrs={"block_size": 3}),
+])
+def depth_to_space(data: TensorVar, attrs: BlockAttrs) -> Callable:
+    """out[n, c, h, w] = data[n, ((h % b) * b + w % b) * C' + c, h // b, w // b]  (b = block_size, C' = C / b^2:
+    channel blocks move into b x b spatial tiles, depth outermost)."""
+    b = attrs.block_size
+    channels = data.shape[1] // (b * b)
+    return lambda n, c, h, w: data[n, ((h % b) * b + w % b) * channels + c, h // b, w // b]
+
+
+@tdl_op("space_to_depth", inputs=("data",), attrs=BlockAttrs, cases=[
+    Case(shapes=((2, 2, 4, 6),), attrs={"block_size": 2}),
+    Case(shapes=((1, 3, 3, 6),), attrs={"block_size": 3}),
+])
+def space_to_depth(data: TensorVar, attrs: BlockAttrs) -> Callable:
+    """out[n, (i * b + j) * C + c, h, w] = data[n, c, h * b + i, w * b + j]  (b = block_size: each b x b
+    spatial tile becomes b^2 channel blocks; the inverse of depth_to_space)."""
+    b = attrs.block_size
+    channels = data.shape[1]
+
+    def out(n: Var, k: Var, h: Var, w: Var) -> ValueExpr:
+        tile = k // channels
+        return data[n, k % channels, h * b + tile // b, w * b + tile % b]
+    return out
+
+
+@dataclass(frozen=True)
+class DiagAttrs:
+    k: int = 0
+    axis1: int = 0
+    axis2: int = 1
+
+
+@tdl_op("diag", inputs=("data",), attrs=DiagAttrs, cases=[
+    Case(shapes=((3, 5),)),
+    Case(shapes=((4, 3),), attrs={"k": -1}),
+    Case(shapes=((2, 3, 5),), attrs={"k": 2, "axis1": 1, "axis2": 2}),
+    Case(shapes=((4, 2, 3),), attrs={"k": -1, "axis1": 2, "axis2": 0}),
+    Case(shapes=((2,),), attrs={"k": 1}),
+    Case(shapes=((4,),), attrs={"k": -2}),
+])
+def diag(data: TensorVar, attrs: DiagAttrs) -> Callable:
+    """1-D data: out[i, j] = data[min(i, j)] where j - i == k, else 0 (a square matrix of side n + |k|).
+    Otherwise: out[..., d] = data[... with d + max(-k, 0) on axis1 and d + max(k, 0) on axis2], those two axes
+    removed and the diagonal appended last."""
+    k = attrs.k
+    if data.ndim == 1:
+        return lambda i, j: where(eq(IndexValue(j - i), k), data.at(i if k >= 0 else j, fill=0.0), 0.0)
+    a1, a2 = _axis(attrs.axis1, data.ndim, "diag"), _axis(attrs.axis2, data.ndim, "diag")
+    if a1 == a2:
+        raise TDLError("diag: axis1 and axis2 must differ")
+    rest = [d for d in range(data.ndim) if d not in (a1, a2)]
+
+    def out(*o: Var) -> ValueExpr:
+        *batch, d = o
+        idx: list[IndexExpr] = [0] * data.ndim
+        for dim, v in zip(rest, batch):
+            idx[dim] = v
+        idx[a1], idx[a2] = d + max(-k, 0), d + max(k, 0)
+        return data[tuple(idx)]
+    return out
