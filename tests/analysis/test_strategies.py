@@ -148,13 +148,15 @@ class _Recorder(_Evaluator):
 
     def gather(self, acc, env, dims, extra=0):
         nd = len(dims) + extra
-        idx, affine = [], True
+        idx, affine, sliced = [], True, 0
         for d, sub in enumerate(acc.index):
             n = acc.tensor.shape[d]
             if not (isinstance(sub, Var) or (isinstance(sub, Affine) and sub.linear() is not None)):
                 affine = False          # a slice, a data-dependent index, // or %
-            if sub is FULL:
-                idx.append(np.arange(n).reshape([1] * d + [n] + [1] * (nd - d - 1)))
+            if sub is FULL:             # the k-th sliced dimension is trailing axis len(dims) + k, as in gather
+                at = len(dims) + sliced
+                idx.append(np.arange(n).reshape([1] * at + [n] + [1] * (nd - at - 1)))
+                sliced += 1
             elif isinstance(sub, IndexExpr):
                 i = self.index(sub, env, dims)
                 idx.append(i.reshape(i.shape + (1,) * extra))
