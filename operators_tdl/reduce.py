@@ -1,4 +1,5 @@
-"""TDL descriptions of MXNet's reductions over axes: sum, mean, max, min, prod, norm.
+"""TDL descriptions of MXNet's reductions over axes: sum, mean, max, min, prod, nansum, nanprod, norm, and the
+index reductions argmax, argmin, argmax_channel.
 
 Each output element is one ``Sum``/``Max``/``Min``/``Prod`` over the reduced axes (a single reduction over all
 of them, so that splitting any reduced axis is one partition-n-reduce). Kept axes are read with the output's
@@ -7,6 +8,10 @@ index variables; ``keepdims`` leaves the reduced axes in the output with extent 
 MXNet's axis convention (checked against MXNet 1.9.1): ``axis=None`` or ``axis=()`` reduces every axis (even
 with ``exclude``) and, without keepdims, gives shape (1,); ``exclude=True`` reduces the axes *not* listed;
 negative axes count from the end.
+
+argmax and argmin return a position, not a combination of values, so they are no partition-n-reduce: an
+``Opaque`` numpy function takes each whole line of the reduced axis (which therefore cannot be split); every
+other axis partitions. Ties give the first position, as in MXNet.
 """
 from __future__ import annotations
 
@@ -14,8 +19,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import Max, Min, Prod, Sum, TensorVar, ValueExpr, Var, abs_, sqrt, square, nary
+from tofu.tdl.describe import Case, NoAttrs, tdl_op
+import numpy as np
+
+from tofu.tdl.expr import Max, Min, Opaque, Prod, Sum, TensorVar, ValueExpr, Var, abs_, nary, ne, sqrt, square, where
 
 Reducer = Callable[..., ValueExpr]
 
@@ -74,11 +81,13 @@ REDUCE_CASES = [
 ]
 
 
-def _reduce_op(op: str, reducer: Reducer, formula: str, *, mean: bool = False) -> None:
-    """Registers ``op`` (``reducer`` over the reduced axes; divided by their size for ``mean``)."""
+def _reduce_op(op: str, reducer: Reducer, formula: str, *, mean: bool = False,
+               element: Callable[[ValueExpr], ValueExpr] = lambda v: v) -> None:
+    """Registers ``op`` (``reducer`` of ``element(data)`` over the reduced axes; divided by their size for
+    ``mean``)."""
     def build(data: TensorVar, attrs: ReduceAttrs):
         axes = reduced_axes(data.ndim, attrs.axis, attrs.exclude, op)
-        out = reduction(data, axes, attrs.keepdims, reducer)
+        out = reduction(data, axes, attrs.keepdims, reducer, element)
         if not mean:
             return out
         n = _count(data, axes)
@@ -94,6 +103,8 @@ _reduce_op("mean", Sum, "(sum_k data[o, k]) / |k|", mean=True)
 _reduce_op("max", Max, "max_k data[o, k]")
 _reduce_op("min", Min, "min_k data[o, k]")
 _reduce_op("prod", Prod, "prod_k data[o, k]")
+_reduce_op("nansum", Sum, "sum_k data[o, k], NaN counted as 0,", element=lambda v: where(ne(v, v), 0.0, v))
+_reduce_op("nanprod", Prod, "prod_k data[o, k], NaN counted as 1,", element=lambda v: where(ne(v, v), 1.0, v))
 
 
 @dataclass(frozen=True)
@@ -118,3 +129,60 @@ def norm(data: TensorVar, attrs: NormAttrs):
         sum_sq = reduction(data, axes, attrs.keepdims, Sum, square)
         return lambda *o: sqrt(sum_sq(*o))
     raise TDLError(f"norm: ord={attrs.ord} is not supported by MXNet (only 1 and 2)")
+
+
+@dataclass(frozen=True)
+class ArgReduceAttrs:
+    axis: int | None = None
+    keepdims: bool = False
+
+
+def _first_max(a: np.ndarray) -> np.ndarray:
+    return np.argmax(a, axis=-1)
+
+
+def _first_min(a: np.ndarray) -> np.ndarray:
+    return np.argmin(a, axis=-1)
+
+
+def _position(data: TensorVar, axis: int | None, keepdims: bool, find: Opaque) -> Callable[..., ValueExpr]:
+    """out[o] = find(data[o with ':' on ``axis``]): the position of the extreme of each line of ``axis`` (None:
+    of the flattened data, in an output of shape (1,) or, keepdims, all ones)."""
+    if axis is None:
+        flat = Opaque(find.name, lambda a: find.fn(a.reshape(*a.shape[:len(a.shape) - data.ndim], -1)))
+        return lambda *o: flat(data[(slice(None),) * data.ndim])[()]
+    axis %= data.ndim
+
+    def out(*o: Var) -> ValueExpr:
+        rest = (*o[:axis], *o[axis + 1:]) if keepdims else o
+        return find(data[(*rest[:axis], slice(None), *rest[axis:])])[()]
+    return out
+
+
+ARG_CASES = [
+    Case(shapes=((3, 5),), attrs={"axis": 1}),
+    Case(shapes=((2, 3, 4),), attrs={"axis": 0, "keepdims": True}),
+    Case(shapes=((2, 3, 4),), attrs={"axis": -2}),
+    Case(shapes=((3, 4),)),
+]
+
+
+@tdl_op("argmax", inputs=("data",), attrs=ArgReduceAttrs, cases=ARG_CASES)
+def argmax(data: TensorVar, attrs: ArgReduceAttrs) -> Callable:
+    """out[o] = the first position k of the largest data[o, k] along ``axis`` (None: in the flattened data)."""
+    return _position(data, attrs.axis, attrs.keepdims, Opaque("argmax", _first_max))
+
+
+@tdl_op("argmin", inputs=("data",), attrs=ArgReduceAttrs, cases=ARG_CASES)
+def argmin(data: TensorVar, attrs: ArgReduceAttrs) -> Callable:
+    """out[o] = the first position k of the smallest data[o, k] along ``axis`` (None: in the flattened data)."""
+    return _position(data, attrs.axis, attrs.keepdims, Opaque("argmin", _first_min))
+
+
+@tdl_op("argmax_channel", inputs=("data",), cases=[
+    Case(shapes=((3, 5),)),
+    Case(shapes=((2, 3, 4),)),
+])
+def argmax_channel(data: TensorVar, attrs: NoAttrs) -> Callable:
+    """out[n, x..] = the first position c of the largest data[n, c, x..]  (argmax over axis 1)."""
+    return _position(data, 1, False, Opaque("argmax", _first_max))
