@@ -1,10 +1,12 @@
-"""TDL descriptions of the softmax family: softmax, log_softmax, SoftmaxOutput, SoftmaxActivation.
+"""TDL descriptions of the softmax family: softmax, softmin, log_softmax, SoftmaxOutput, SoftmaxActivation,
+softmax_cross_entropy.
 
 Every op is one helper, :func:`_softmax`: the row maximum and the row sum of exponentials are intermediate
 ``compute`` tensors (nested reductions over the softmax axes), and the output divides by (or, for the log
 form, subtracts the log of) the row sum. Split along the softmax axis, the row maximum and row sum are exchanged
-(all-reduced max, then sum); softmax, log_softmax and SoftmaxActivation declare expansions that run such shards
-with MXNet operators (``tdl_expansion``); SoftmaxOutput does not (see the comment after it).
+(all-reduced max, then sum); softmax, softmin, log_softmax and SoftmaxActivation declare expansions that run
+such shards with MXNet operators (``tdl_expansion``); SoftmaxOutput does not (see the comment after it).
+softmax_cross_entropy sums the log form over the batch: a batch split is a partition-n-reduce.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_expansion, tdl_op
+from tofu.tdl.describe import Case, NoAttrs, tdl_expansion, tdl_op
 from tofu.tdl.expr import Max, Sum, TensorVar, ValueExpr, Var, compute, exp, log, uses
 
 
@@ -23,9 +25,10 @@ def _reduce(reducer: Callable, n: int, body: Callable[[tuple[Var, ...]], ValueEx
     return reducer(lambda k: _reduce(reducer, n - 1, lambda ks: body((k, *ks))))
 
 
-def _softmax(x: TensorVar, axes: Sequence[int], temperature: float = 1.0, log_form: bool = False) -> Callable:
-    """out[i] = exp((x[i] - m) / T) / s  (or its log), where m and s are the max and the sum of
-    exponentials over ``axes`` of the row that holds i."""
+def _softmax(x: TensorVar, axes: Sequence[int], temperature: float = 1.0, log_form: bool = False,
+             sign: float = 1.0) -> Callable:
+    """out[i] = exp((z[i] - m) / T) / s  (or its log), where z = sign * x (sign -1: softmin), and m and s are the
+    max of z and the sum of exponentials over ``axes`` of the row that holds i."""
     axes = sorted(a % x.ndim for a in axes)
     kept = [d for d in range(x.ndim) if d not in axes]
 
@@ -36,14 +39,17 @@ def _softmax(x: TensorVar, axes: Sequence[int], temperature: float = 1.0, log_fo
             idx.append(next(r) if d in axes else next(o))
         return tuple(idx)
 
-    shape = [x.shape[d] for d in kept]
-    m = compute("rowmax", shape, lambda *o: _reduce(Max, len(axes), lambda ks: x[full(o, ks)]))
-    s = compute("rowsum", shape, lambda *o: _reduce(
-        Sum, len(axes), lambda ks: exp((x[full(o, ks)] - m[o]) / temperature)))
+    def z(i: Sequence) -> ValueExpr:
+        return x[tuple(i)] if sign == 1.0 else sign * x[tuple(i)]
 
-    def out(*i: Var) -> ValueExpr:
+    shape = [x.shape[d] for d in kept]
+    m = compute("rowmax", shape, lambda *o: _reduce(Max, len(axes), lambda ks: z(full(o, ks))))
+    s = compute("rowsum", shape, lambda *o: _reduce(
+        Sum, len(axes), lambda ks: exp((z(full(o, ks)) - m[o]) / temperature)))
+
+    def out(*i) -> ValueExpr:
         row = tuple(i[d] for d in kept)
-        shifted = (x[i] - m[row]) / temperature
+        shifted = (z(i) - m[row]) / temperature
         return shifted - log(s[row]) if log_form else exp(shifted) / s[row]
     return out
 
@@ -89,6 +95,24 @@ def softmax(data: TensorVar, attrs: SoftmaxAttrs) -> Callable:
 def softmax_exchange(pieces, shapes, attrs: SoftmaxAttrs, allreduce):
     """softmax on shards of its axis: the row max and row sum all-reduced (see :func:`_softmax_exchange`)."""
     return _softmax_exchange(pieces, len(shapes[0][0]), [attrs.axis], attrs.temperature or 1.0, False, allreduce)
+
+
+@tdl_op("softmin", inputs=("data",), attrs=SoftmaxAttrs, cases=[
+    Case(shapes=((4, 6),)),
+    Case(shapes=((2, 5, 3),), attrs={"axis": 1, "temperature": 2.0}),
+])
+def softmin(data: TensorVar, attrs: SoftmaxAttrs) -> Callable:
+    """out[..., i, ...] = exp(-x[..., i, ...] / T) / sum_k exp(-x[..., k, ...] / T)  over ``axis``."""
+    return _softmax(data, [attrs.axis], attrs.temperature or 1.0, sign=-1.0)
+
+
+@tdl_expansion("softmin")
+def softmin_exchange(pieces, shapes, attrs: SoftmaxAttrs, allreduce):
+    """softmin on shards of its axis: the softmax expansion (:func:`_softmax_exchange`) of the negated pieces."""
+    import mxnet as mx
+
+    negated = [[mx.sym.negative(p[0])] for p in pieces]
+    return _softmax_exchange(negated, len(shapes[0][0]), [attrs.axis], attrs.temperature or 1.0, False, allreduce)
 
 
 @tdl_op("log_softmax", inputs=("data",), attrs=SoftmaxAttrs, cases=[
@@ -183,3 +207,15 @@ def softmax_activation_exchange(pieces, shapes, attrs: SoftmaxActivationAttrs, a
         z = y * mx.sym.broadcast_sub(p[0], mx.sym.sum(y * p[0], axis=1, keepdims=True))
         faithful.append([y + (z - mx.sym.BlockGrad(z))])
     return faithful
+
+
+@tdl_op("softmax_cross_entropy", inputs=("data", "label"), cases=[
+    Case(shapes=((4, 5), (4,)), ints=((1, 5),)),
+    Case(shapes=((6, 3), (6,)), ints=((1, 3),)),
+])
+def softmax_cross_entropy(data: TensorVar, label: TensorVar, attrs: NoAttrs) -> Callable:
+    """out[0] = sum_b -log softmax(data[b, :])[label[b]]  (data (batch, classes); the loss summed over the batch)."""
+    if data.ndim != 2:
+        raise TDLError(f"softmax_cross_entropy: data of rank {data.ndim}; MXNet takes (batch, classes)")
+    log_probs = _softmax(data, [1], log_form=True)
+    return lambda o: Sum(lambda b: -log_probs(b, label[b]))
