@@ -15,7 +15,8 @@ Families (each op registered on its own, through a small factory per family):
   logical ops (_logical_and, _logical_or, _logical_xor);
 - broadcast: broadcast_add, broadcast_sub, broadcast_mul, broadcast_div, broadcast_maximum, broadcast_minimum,
   broadcast_power, broadcast_hypot, broadcast_mod, and the broadcast comparisons and logical ops;
-- others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, Cast, _zeros, _ones (no inputs).
+- others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, Cast, MakeLoss, make_loss, _zeros, _ones
+  (no inputs).
 
 Comparisons and logical ops give 1.0 where they hold and 0.0 elsewhere, in the input's type (as MXNet's
 float kernels do); logical ops treat every non-zero value as true.
@@ -455,6 +456,26 @@ def cast(data: TensorVar, attrs: CastAttrs):
     if attrs.dtype.startswith("int"):
         return lambda *i: trunc(data[i])
     return lambda *i: data[i]
+
+
+@dataclass(frozen=True)
+class MakeLossAttrs:
+    normalization: str = "null"
+
+
+@tdl_op("MakeLoss", inputs=("data",), attrs=MakeLossAttrs, cases=[
+    Case(shapes=((3, 4),)),
+    Case(shapes=((2, 3, 5),), attrs={"grad_scale": 2.0}),
+])
+def make_loss_layer(data: TensorVar, attrs: MakeLossAttrs):
+    """out[i] = data[i]: forward identity; the backward ignores the head gradient and gives grad_scale.
+    normalization 'batch' or 'valid' divides that gradient by a count a split would change: not described."""
+    if attrs.normalization != "null":
+        raise TDLError(f"MakeLoss: normalization '{attrs.normalization}' is not described (only 'null')")
+    return lambda *i: data[i]
+
+
+_unary_op("make_loss", lambda x: x, "data[i]  (identity forward; the backward gives ones)")
 
 
 @dataclass(frozen=True)
