@@ -1,5 +1,5 @@
 """TDL descriptions of the linear-algebra and sorting family: _linalg_gemm2, _linalg_syrk,
-_linalg_sumlogdiag, sort, argsort.
+_linalg_sumlogdiag, khatri_rao, sort, argsort.
 
 The batched matrix products and the log-determinant helper are plain reductions. Sorting is not
 expressible as an index mapping, so sort and argsort apply an ``Opaque`` numpy function to a whole line
@@ -9,6 +9,7 @@ cases cannot generate, and MXNet fails on the random normal inputs they use.)
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -71,6 +72,31 @@ def syrk(a: TensorVar, attrs: SyrkAttrs) -> Callable:
 def sumlogdiag(a: TensorVar, attrs: NoAttrs) -> Callable:
     """out[...] = sum_i log A[..., i, i]."""
     return lambda *batch: Sum(lambda i: log(a[(*batch, i, i)]))
+
+
+@dataclass(frozen=True)
+class KhatriRaoAttrs:
+    num_args: int
+
+
+@tdl_op("khatri_rao", inputs=("*args",), attrs=KhatriRaoAttrs, cases=[
+    Case(shapes=((2, 3), (3, 3)), attrs={"num_args": 2}),
+    Case(shapes=((2, 4), (3, 4), (1, 4)), attrs={"num_args": 3}),
+    Case(shapes=((5, 2),), attrs={"num_args": 1}),
+])
+def khatri_rao(args: tuple[TensorVar, ...], attrs: KhatriRaoAttrs) -> Callable:
+    """out[(i_1, ..., i_n), r] = prod_k args[k][i_k, r]  (the column-wise Kronecker product; the row index runs
+    over (i_1, ..., i_n) row-major, the first input outermost)."""
+    rows = [a.shape[0] for a in args]
+
+    def out(j: Var, r: Var) -> ValueExpr:
+        value = None
+        for k, a in enumerate(args):
+            i = j // math.prod(rows[k + 1:])
+            term = a[i % rows[k] if k > 0 else i, r]
+            value = term if value is None else value * term
+        return value
+    return out
 
 
 def _ascending(a: np.ndarray) -> np.ndarray:
