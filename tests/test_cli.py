@@ -111,6 +111,53 @@ def test_ops_op_json_is_one_entry(capsys):
     assert entry["name"] == "Pooling" and entry["strategies"]
 
 
+def test_ops_op_case_selects_that_case(capsys):
+    cases = registry.load_builtin_operators()["Convolution"].cases
+    n = len(cases) - 1
+    rc, out, err = run(capsys, "ops", "--op", "Convolution", "--case", str(n), "--json")
+    assert rc == 0 and err == ""
+    example = json.loads(out)["example"]
+    assert example["case"] == n and example["workers"] == 2
+    assert [tuple(s) for s in example["shapes"].values()] == [tuple(s) for s in cases[n].shapes]
+    rc, out, _ = run(capsys, "ops", "--op", "Convolution", "--case", str(n))
+    example_line = next(ln for ln in out.splitlines() if ln.startswith("example"))
+    assert f"Case {n}" in example_line and f"data {tuple(cases[n].shapes[0])}" in example_line, example_line
+
+
+def test_ops_op_workers_splits_the_batch_into_k_rows(capsys):
+    case = registry.load_builtin_operators()["FullyConnected"].cases[0]
+    batch, width = case.shapes[0]
+    k = 4 if batch % 4 == 0 else batch           # the batch splits into k equal parts
+    rc, out, err = run(capsys, "ops", "--op", "FullyConnected", "--workers", str(k))
+    assert rc == 0 and err == ""
+    rows = batch // k
+    for w in range(k):
+        assert f"worker {w} of {k}: data[{w * rows}:{(w + 1) * rows}, 0:{width}]" in out, out
+    assert f"worker {k} of {k}" not in out
+    assert f"MXNet kernel, {k} workers: yes" in out
+    entry = json.loads(run(capsys, "ops", "--op", "FullyConnected", "--workers", str(k), "--json")[1])
+    for s in entry["strategies"]:
+        extent = {"b": batch, "h": case.attrs["num_hidden"], "k": width}[s["var"]]
+        assert s["kernel_executable"] == (extent % k == 0), s
+        if extent % k:
+            assert f"not a multiple of {k} workers" in s["kernel_reason"]
+
+
+@pytest.mark.parametrize("argv, names", [
+    (("--op", "Convolution", "--case", "99"), ("--case 99", "Convolution", "cases")),
+    (("--op", "Convolution", "--case", "-1"), ("--case -1",)),
+    (("--op", "Convolution", "--case", "one"), ("--case", "one")),
+    (("--op", "FullyConnected", "--workers", "0"), ("--workers 0", "positive")),
+    (("--op", "FullyConnected", "--workers", "-2", "--json"), ("--workers -2", "positive")),
+    (("--op", "FullyConnected", "--workers", "2.5"), ("--workers", "2.5")),
+    (("--case", "1"), ("--case", "--op")),
+    (("--workers", "4", "--json"), ("--workers", "--op")),
+], ids=["case-too-large", "case-negative", "case-not-int", "workers-zero", "workers-negative", "workers-not-int",
+        "case-without-op", "workers-without-op"])
+def test_ops_bad_case_or_workers_exits_2(capsys, argv, names):
+    assert_one_line_error(*run(capsys, "ops", *argv), *names)
+
+
 def _mxnet_op_counts(symbol) -> dict[str, int]:
     counts: dict[str, int] = {}
     for node in json.loads(symbol.tojson())["nodes"]:

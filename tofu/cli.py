@@ -2,7 +2,7 @@
 
 ``tofu inspect MODEL`` summarises a model; ``tofu plan MODEL --workers K`` partitions it; ``tofu ops`` lists the TDL-described operators (``--json``: with
 the partition strategies of each op's first Case, ``--op NAME``: one op's strategies and their symbolic
-regions, ``--model MODEL``: the ops of a model's graph).
+regions, on its Case ``--case N`` and for ``--workers K``, ``--model MODEL``: the ops of a model's graph).
 
 Every user mistake (unknown model or op, bad file, impossible option) prints one line ``tofu: error: ...``
 on stderr and exits with status 2.
@@ -114,15 +114,23 @@ def cmd_ops(args) -> int:
         raise TofuError("give --op or --model, not both")
     if not args.model and (args.shape or args.batch is not None):
         raise TofuError("--batch and --shape apply to --model")
+    if not args.op and (args.case is not None or args.workers is not None):
+        raise TofuError("--case and --workers apply to --op")
     if args.model:
         return _ops_of_model(args)
     if args.op:
         if args.op not in specs:
             raise UnsupportedOperatorError(args.op, known=specs)
+        spec, case, workers = specs[args.op], args.case or 0, _KERNEL_K if args.workers is None else args.workers
+        if spec.cases and not 0 <= case < len(spec.cases):
+            raise TofuError(f"--case {case}: {args.op} has {len(spec.cases)} cases, numbered 0 to "
+                            f"{len(spec.cases) - 1}")
+        if workers < 1:
+            raise TofuError(f"--workers {workers}: the number of workers must be a positive integer")
         if args.json:
-            print(json.dumps(_op_json(args.op, specs[args.op], with_strategies=True)))
+            print(json.dumps(_op_json(args.op, spec, with_strategies=True, case=case, workers=workers)))
         else:
-            print(_op_text(args.op, specs[args.op]))
+            print(_op_text(args.op, spec, case, workers))
         return 0
     rows = [_op_json(name, spec, with_strategies=args.json) for name, spec in sorted(specs.items())]
     if args.json:
@@ -134,71 +142,77 @@ def cmd_ops(args) -> int:
     return 0
 
 
-def _op_json(name: str, spec: OpSpec, with_strategies: bool) -> dict:
-    """One op of ``tofu ops --json``; its strategies are those of its first Case, checked for k = 2."""
+def _op_json(name: str, spec: OpSpec, with_strategies: bool, case: int = 0, workers: int | None = None) -> dict:
+    """One op of ``tofu ops --json``; its strategies are those of its Case number ``case`` (default the first),
+    checked for ``workers`` (default 2)."""
     attrs = {f.name: (None if f.default is dataclasses.MISSING else _jsonable(f.default))
              for f in dataclasses.fields(spec.attrs_type)}
     row = {"name": name, "inputs": list(spec.inputs), "outputs": list(spec.outputs), "attrs": attrs,
            "source": spec.source, "doc": spec.doc.splitlines()[0] if spec.doc else ""}
     if not with_strategies:
         return row
-    example = _example(name, spec)
+    example = _example(name, spec, case, _KERNEL_K if workers is None else workers)
     if example is None:
         return {**row, "example": None, "strategies": [], "unsplittable": []}
     return {**row, "example": example.as_json(), "strategies": [_strategy_json(example, s) for s in example.strategies],
             "unsplittable": [{"var": u.var, "reason": u.reason} for u in example.analysis.unsplittable]}
 
 
-_KERNEL_K = 2         # the worker count for which `tofu ops` checks that MXNet's kernel runs each shard
+_KERNEL_K = 2         # the default worker count for which `tofu ops` checks that MXNet's kernel runs each shard
 
 
 @dataclasses.dataclass(frozen=True)
 class _Example:
-    """An op's first Case, described and analysed, with each strategy's kernel check for k = 2."""
+    """One Case of an op (number ``index``), described and analysed, with each strategy's kernel check for
+    ``workers`` workers."""
 
     op: str
+    index: int
     case: Case
     attrs: Attrs
     desc: OpDescription
     analysis: Analysis
+    workers: int = _KERNEL_K
 
     @property
     def strategies(self) -> tuple[SymbolicStrategy, ...]:
         return self.analysis.strategies
 
     def as_json(self) -> dict:
-        return {"case": 0, "shapes": {t.name: list(t.shape) for t in self.desc.inputs},
+        return {"case": self.index, "workers": self.workers,
+                "shapes": {t.name: list(t.shape) for t in self.desc.inputs},
                 "attrs": {k: _jsonable(v) for k, v in self.case.attrs.items()},
                 "output_shapes": {o.name: list(o.shape) for o in self.desc.outputs}}
 
     def kernel_reason(self, s: SymbolicStrategy) -> str | None:
-        """None when MXNet's kernel runs every worker's shard of ``s`` for k = 2, else why not."""
+        """None when MXNet's kernel runs every worker's shard of ``s`` for ``workers`` workers, else why not."""
         from tofu.analysis.shard import shard_call
         from tofu.analysis.strategies import instantiate
 
-        inst = instantiate(self.desc, s, _KERNEL_K)
+        inst = instantiate(self.desc, s, self.workers)
         if inst is None:
-            return (f"the example's extent {s.split_extent} of '{s.var}' is not a multiple of {_KERNEL_K} "
+            return (f"the example's extent {s.split_extent} of '{s.var}' is not a multiple of {self.workers} "
                     f"workers")
         try:
-            for w in range(_KERNEL_K):
+            for w in range(self.workers):
                 shard_call(self.op, self.attrs, inst, w, self.desc)
         except TofuError as e:
             return str(e)
         return None
 
 
-def _example(name: str, spec: OpSpec) -> _Example | None:
+def _example(name: str, spec: OpSpec, index: int = 0, workers: int = _KERNEL_K) -> _Example | None:
+    """Case ``index`` of ``spec`` analysed, its kernel checks for ``workers`` workers; None without cases."""
     from tofu.analysis.strategies import analyse
     from tofu.graph.single_op import infer_op_shapes
     from tofu.tdl.describe import describe
 
     if not spec.cases:
         return None
-    case = spec.cases[0]
+    case = spec.cases[index]
     attrs = case.parsed_attrs()
     desc = describe(name, attrs, case.shapes, infer_op_shapes(name, attrs, case.shapes))
-    return _Example(name, case, attrs, desc, analyse(desc))
+    return _Example(name, index, case, attrs, desc, analyse(desc), workers)
 
 
 def _placement_json(p: Placement) -> dict:
@@ -227,15 +241,16 @@ def _strategy_json(example: _Example, s: SymbolicStrategy) -> dict:
     return entry
 
 
-def _op_text(name: str, spec: OpSpec) -> str:
-    """``tofu ops --op NAME``: the description and its strategies with their symbolic regions."""
+def _op_text(name: str, spec: OpSpec, case: int = 0, workers: int = _KERNEL_K) -> str:
+    """``tofu ops --op NAME``: the description and its strategies with their symbolic regions, on Case number
+    ``case``, each instantiated and kernel-checked for ``workers`` workers."""
     from tofu import registry
     from tofu.analysis.strategies import PartialSum, SplitDim, instantiate
 
     lines = [f"{name}   ({spec.source})"]
     lines += ["    " + ln for ln in (spec.doc or "(no docstring)").splitlines()]
     lines.append(f"inputs: {', '.join(spec.inputs)}    outputs: {', '.join(spec.outputs)}")
-    example = _example(name, spec)
+    example = _example(name, spec, case, workers)
     if example is None:
         lines.append("no Case: no example to analyse")
         return "\n".join(lines)
@@ -243,7 +258,8 @@ def _op_text(name: str, spec: OpSpec) -> str:
     shapes = ", ".join(f"{t.name} {t.shape}" for t in desc.inputs)
     attrs = ", ".join(f"{k}={v}" for k, v in example.case.attrs.items())
     outs = ", ".join(f"{o.name} {o.shape}" for o in desc.outputs)
-    lines.append(f"example (first Case): {shapes}{f'; {attrs}' if attrs else ''} -> {outs}")
+    which = "first Case" if case == 0 else f"Case {case}; cases 0..{len(spec.cases) - 1}"
+    lines.append(f"example ({which}): {shapes}{f'; {attrs}' if attrs else ''} -> {outs}")
     for o in desc.outputs:
         lines.append(f"  {o.name}[{', '.join(v.name for v in o.vars)}]")
     lines.append("strategies (a split variable v ranges over [v.lo, v.hi] on each worker; regions per input "
@@ -264,14 +280,14 @@ def _op_text(name: str, spec: OpSpec) -> str:
             lines.append(f"      {t.name:<{width}}  {region}" + (f"   ({'; '.join(notes)})" if notes else ""))
         for x in s.exchanges:
             lines.append(f"      exchanges partial '{x.tensor}' ({x.reducer} over {x.var}) between workers")
-        inst = instantiate(desc, s, _KERNEL_K)
+        inst = instantiate(desc, s, workers)
         if inst is not None:
             for w, regions in enumerate(inst.input_regions):
                 parts = [f"{t.name}{_slices(r)}" for t, r in zip(desc.inputs, regions)
                          if r is not None and r.shape != t.shape]
-                lines.append(f"      worker {w} of {_KERNEL_K}: {', '.join(parts) or 'whole inputs'}")
+                lines.append(f"      worker {w} of {workers}: {', '.join(parts) or 'whole inputs'}")
         reason = example.kernel_reason(s)
-        lines.append(f"      MXNet kernel, {_KERNEL_K} workers: {'yes' if reason is None else 'no: ' + reason}")
+        lines.append(f"      MXNet kernel, {workers} workers: {'yes' if reason is None else 'no: ' + reason}")
         if s.exchanges and registry.expansion(name) is not None:
             lines.append(f"      runs by {name}'s expansion into MXNet operators, the statistics all-reduced")
     unsplittable = example.analysis.unsplittable
@@ -480,6 +496,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true",
                    help="one JSON object on stdout, with each op's strategies on its first Case")
     p.add_argument("--op", metavar="NAME", help="one operator: its description and strategies")
+    p.add_argument("--case", type=int, metavar="N", help="with --op: analyse its Case number N (default 0)")
+    p.add_argument("--workers", type=int, metavar="K",
+                   help=f"with --op: show and kernel-check each strategy for K workers (default {_KERNEL_K})")
     _model_args(p, positional=False)
     p.set_defaults(run=cmd_ops)
 
