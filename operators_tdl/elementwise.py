@@ -273,20 +273,22 @@ _scalar_op("_mod_scalar", _mod, "data[i] mod s  (the sign of s; 0 where s = 0)",
 _scalar_op("_rmod_scalar", lambda x, s: _mod(s, x), "s mod data[i]  (the sign of data[i]; 0 where it is 0)",
            scalars=(2.5, -1.25), draw={"ints": ((0, 4),)})
 
-COMPARISONS: dict[str, BinaryFnLike] = {"equal": eq, "not_equal": ne, "greater": gt, "greater_equal": ge,
-                                        "lesser": lt, "lesser_equal": le}
-COMPARISON_SYMBOLS = {"equal": "==", "not_equal": "!=", "greater": ">", "greater_equal": ">=", "lesser": "<",
-                      "lesser_equal": "<="}
-LOGICAL: dict[str, BinaryFnLike] = {"logical_and": _logical_and, "logical_or": _logical_or,
-                                    "logical_xor": _logical_xor}
-LOGICAL_WORDS = {"logical_and": "and", "logical_or": "or", "logical_xor": "xor"}
+# MXNet's name stem -> (function, how the formula writes it)
+COMPARISONS: dict[str, tuple[BinaryFnLike, str]] = {
+    "equal": (eq, "=="), "not_equal": (ne, "!="), "greater": (gt, ">"), "greater_equal": (ge, ">="),
+    "lesser": (lt, "<"), "lesser_equal": (le, "<=")}
+LOGICAL: dict[str, tuple[BinaryFnLike, str]] = {
+    "logical_and": (_logical_and, "and"), "logical_or": (_logical_or, "or"), "logical_xor": (_logical_xor, "xor")}
 
-for _name, _fn in COMPARISONS.items():
-    _scalar_op(f"_{_name}_scalar", _fn, f"1 if data[i] {COMPARISON_SYMBOLS[_name]} s else 0",
-               scalars=(1.0, 0.25), draw={"ints": ((0, 3),)})
-for _name, _fn in LOGICAL.items():
-    _scalar_op(f"_{_name}_scalar", _fn, f"1 if (data[i] != 0) {LOGICAL_WORDS[_name]} (s != 0) else 0",
-               scalars=(0.0, 2.5), draw=SMALL_INTS)
+
+def _predicates(lhs: str, rhs: str) -> list[tuple[str, BinaryFnLike, str]]:
+    """(name stem, function, formula) of every comparison and logical op, its operands written lhs and rhs."""
+    return ([(name, fn, f"1 if {lhs} {sym} {rhs} else 0") for name, (fn, sym) in COMPARISONS.items()]
+            + [(name, fn, f"1 if ({lhs} != 0) {word} ({rhs} != 0) else 0") for name, (fn, word) in LOGICAL.items()])
+
+
+for _stem, _fn, _formula in _predicates("data[i]", "s"):      # s = 1 and s = 0 against data in {0, 1, 2}
+    _scalar_op(f"_{_stem}_scalar", _fn, _formula, scalars=(1.0, 0.0), draw=SMALL_INTS)
 
 
 # ---------------------------------------------------------------------------------- binary and broadcast
@@ -315,11 +317,8 @@ _elemwise_op("_minimum", minimum, "min(lhs[i], rhs[i])")
 _elemwise_op("_mod", _mod, "lhs[i] mod rhs[i]  (the sign of rhs[i]; 0 where rhs[i] = 0)",
              draw={"ints": ((0, 5), (1, 3))})
 BOTH_INTS = {"ints": ((0, 3), (1, 3))}       # equal elements and zeros occur
-for _name, _fn in COMPARISONS.items():
-    _elemwise_op(f"_{_name}", _fn, f"1 if lhs[i] {COMPARISON_SYMBOLS[_name]} rhs[i] else 0", draw=BOTH_INTS)
-for _name, _fn in LOGICAL.items():
-    _elemwise_op(f"_{_name}", _fn, f"1 if (lhs[i] != 0) {LOGICAL_WORDS[_name]} (rhs[i] != 0) else 0",
-                 draw=BOTH_INTS)
+for _stem, _fn, _formula in _predicates("lhs[i]", "rhs[i]"):
+    _elemwise_op(f"_{_stem}", _fn, _formula, draw=BOTH_INTS)
 
 
 def broadcast_read(x: TensorVar, i: Sequence[Var]) -> ValueExpr:
@@ -359,12 +358,8 @@ _broadcast_op("broadcast_power", lambda a, b: a ** b, "lhs[i] ** rhs[i]", draw={
 _broadcast_op("broadcast_hypot", _hypot, "sqrt(lhs[i]^2 + rhs[i]^2)")
 _broadcast_op("broadcast_mod", _mod, "lhs[i] mod rhs[i]  (the sign of rhs[i]; 0 where rhs[i] = 0)",
               draw={"ints": ((0, 5), (1, 3))})
-for _name, _fn in COMPARISONS.items():
-    _broadcast_op(f"broadcast_{_name}", _fn, f"1 if lhs[i] {COMPARISON_SYMBOLS[_name]} rhs[i] else 0",
-                  draw=BOTH_INTS)
-for _name, _fn in LOGICAL.items():
-    _broadcast_op(f"broadcast_{_name}", _fn, f"1 if (lhs[i] != 0) {LOGICAL_WORDS[_name]} (rhs[i] != 0) else 0",
-                  draw=BOTH_INTS)
+for _stem, _fn, _formula in _predicates("lhs[i]", "rhs[i]"):
+    _broadcast_op(f"broadcast_{_stem}", _fn, _formula, draw=BOTH_INTS)
 
 
 # ---------------------------------------------------------------------------------------------- others
