@@ -48,6 +48,10 @@ class Attrs(Mapping[str, AttrValue]):
 
     items_: tuple[tuple[str, AttrValue], ...] = ()
 
+    def __post_init__(self) -> None:
+        # the search hashes attributes in every cache key: computed once
+        object.__setattr__(self, "_hash", hash(self.items_))
+
     @staticmethod
     def parse(raw: Mapping[str, str]) -> "Attrs":
         return Attrs(tuple(sorted((k, parse_value(v)) for k, v in raw.items()
@@ -70,7 +74,10 @@ class Attrs(Mapping[str, AttrValue]):
         return len(self.items_)
 
     def __hash__(self) -> int:
-        return hash(self.items_)
+        return self._hash
+
+    def __reduce__(self):
+        return Attrs, (self.items_,)         # the cached hash is per process (string hashing is salted)
 
     def to_mxnet(self) -> dict[str, str]:
         """The attributes as MXNet wants them (strings), e.g. for re-creating the op."""

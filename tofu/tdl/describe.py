@@ -214,8 +214,12 @@ def describe(op: str, attrs: Attrs, input_shapes: Sequence[Shape], output_shapes
         TDLError: the description is malformed for these shapes; the message names op and source.
     """
     registry.lookup(op, node=node)      # an unknown op names its node
-    key = (op, attrs, tuple(tuple(int(d) for d in s) for s in input_shapes),
-           tuple(tuple(int(d) for d in s) for s in output_shapes))
+    if type(input_shapes) is tuple and type(output_shapes) is tuple and \
+            all(type(s) is tuple for s in input_shapes + output_shapes):
+        key = (op, attrs, input_shapes, output_shapes)      # the search's views: already tuples (of ints)
+    else:
+        key = (op, attrs, tuple(tuple(int(d) for d in s) for s in input_shapes),
+               tuple(tuple(int(d) for d in s) for s in output_shapes))
     try:
         return _describe(*key)
     except TDLError as e:
