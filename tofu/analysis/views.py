@@ -49,6 +49,12 @@ class NodeView:
     def classes(self, o: int) -> int:
         return self.out_classes[o] if self.out_classes is not None else 1
 
+    def in_origins_or_zero(self) -> tuple[Shape, ...]:
+        return self.in_origins if self.in_origins is not None else tuple((0,) * len(s) for s in self.in_shapes)
+
+    def out_origins_or_zero(self) -> tuple[Shape, ...]:
+        return self.out_origins if self.out_origins is not None else tuple((0,) * len(s) for s in self.out_shapes)
+
     def origin(self, p: int, output: bool = False) -> Shape:
         """The offset of the view's input (or output) ``p`` in its whole tensor."""
         origins, shapes = (self.out_origins, self.out_shapes) if output else (self.in_origins, self.in_shapes)

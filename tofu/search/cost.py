@@ -138,7 +138,7 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
         const: list[float] | None = None
         terms: dict[int, list[list[float]]] = {}
         kept: dict[int, list[list[float]]] = {}     # forward bytes received that the op keeps for backward
-        read_once: set[tuple[int, int, int]] = set()
+        read_once: set[tuple[int, int]] = set()
         names = kinds = produces = None
         for nid in nodes:
             node = graph.nodes[nid]
@@ -151,15 +151,19 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
                 entry = distinct.setdefault(id(opts), [opts, 0, gi])
                 entry[1] += 1
             reps = list(distinct.values())
-            keys = [{(o.strategy.var, o.strategy.kind): o for o in opts} for opts, _, _ in reps]
-            options = [o for o in reps[0][0] if all((o.strategy.var, o.strategy.kind) in m for m in keys)]
+            if len(reps) == 1:          # every group alike (the common case)
+                options = reps[0][0]
+                aligned = {id(options): options}
+            else:
+                keys = [{(o.strategy.var, o.strategy.kind): o for o in opts} for opts, _, _ in reps]
+                options = [o for o in reps[0][0] if all((o.strategy.var, o.strategy.kind) in m for m in keys)]
+                aligned = {id(opts): [m[(o.strategy.var, o.strategy.kind)] for o in options]
+                           for (opts, _, _), m in zip(reps, keys)}
             if not options:
                 raise SearchError(f"node '{node.name}' ({node.op}): no strategy fits every worker group")
-            aligned = {id(opts): [m[(o.strategy.var, o.strategy.kind)] for o in options]
-                       for (opts, _, _), m in zip(reps, keys)}
-            node_strategies[nid] = tuple(o.strategy for o in options)
+            node_strategies[nid] = chosen = tuple(o.strategy for o in options)
             for gi, opts in enumerate(per_group):
-                by_group[gi][nid] = tuple(o.strategy for o in aligned[id(opts)])
+                by_group[gi][nid] = chosen if len(reps) == 1 else tuple(o.strategy for o in aligned[id(opts)])
             if const is None:
                 const = [0.0] * len(options)
                 names = tuple(o.strategy.var for o in options)
@@ -170,17 +174,18 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
                 raise SearchError(f"tied ops of group '{graph.nodes[nodes[0]].name}' differ in strategies")
             keeps = rule_for(node).keeps_inputs
             for opts, mult, gi in reps:
+                group_options = aligned[id(opts)]
                 n_inputs = len(groups[gi].views[nid].inputs)
-                for s, o in enumerate(aligned[id(opts)]):
+                for s, o in enumerate(group_options):
                     const[s] += o.const * mult
-                    for p, (t, per_dim) in enumerate(o.terms):
-                        if p < n_inputs:
-                            if (t, s, gi) in read_once:
-                                continue    # a tied op reads the same tensor (an RNN weight): fetched once
-                            read_once.add((t, s, gi))
-                        _add(terms, tensor_group[t], tgroups, len(options), s, per_dim, mult)
-                        if p < n_inputs and keeps:
-                            _add(kept, tensor_group[t], tgroups, len(options), s, o.fetched[p][1], mult)
+                for p, (t, _) in enumerate(group_options[0].terms):     # every option touches the same tensors
+                    if p < n_inputs:
+                        if (t, gi) in read_once:
+                            continue    # a tied op reads the same tensor (an RNN weight): fetched once
+                        read_once.add((t, gi))
+                    _add(terms, tensor_group[t], tgroups, [o.terms[p][1] for o in group_options], mult)
+                    if p < n_inputs and keeps:
+                        _add(kept, tensor_group[t], tgroups, [o.fetched[p][1] for o in group_options], mult)
         ops.append(OpGroup(new_id, graph.nodes[nodes[0]].name, names, kinds, tuple(float(c) for c in const),
                            tuple((t, tuple(tuple(float(v) for v in r) for r in table))
                                  for t, table in terms.items()),
@@ -191,14 +196,15 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
                              tuple(tuple(row) for row in by_group), tuple(kept_tables))
 
 
-def _add(tables: dict, tg: int, tgroups, n_options: int, s: int, per_dim: dict, mult: int = 1) -> None:
+def _add(tables: dict, tg: int, tgroups, per_option: list[dict], mult: int = 1) -> None:
+    """Adds ``mult`` times each option's cost per dimension to tensor group ``tg``'s table [option][choice]."""
     dims = tgroups[tg].choices
     table = tables.get(tg)
     if table is None:
-        table = tables[tg] = [[0.0] * len(dims) for _ in range(n_options)]
-    entries = table[s]
-    for e, d in enumerate(dims):
-        entries[e] += per_dim[d] * mult
+        table = tables[tg] = [[0.0] * len(dims) for _ in per_option]
+    for row, per_dim in zip(table, per_option):
+        for e, d in enumerate(dims):
+            row[e] += per_dim[d] * mult
 
 
 def _as_groups(graph: Graph, shapes: Sequence[Shape], views) -> list[GroupView]:
@@ -248,32 +254,21 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
     """The strategies ``node`` (seen as ``view``) can use, with their costs; without the excluded ones, and
     when none is left, each output split computed whole on every worker (always runnable). ``held``: the
     box of every tensor (by id) that the group holds (default: the view's own pieces, as at the first step)."""
-    ids = view.inputs + view.outputs
-    info = _tensor_info(graph)
-    grads = tuple(info.grads[t] for t in ids)
-    items = tuple(info.items[t] for t in ids)
-    roles = tuple(info.roles[t] for t in ids)
-    if view.in_zeroed is not None:      # a zeroed input is not read: it costs nothing, as state
-        roles = tuple(_AUX if z else r for r, z in zip(roles, view.in_zeroed)) + roles[len(view.inputs):]
-    origins = (view.in_origins or tuple((0,) * len(s) for s in view.in_shapes)) + \
-        (view.out_origins or tuple((0,) * len(s) for s in view.out_shapes))
+    ids, at_origin, static, roles, windows, classes = _view_key(graph, view)
     if held is None:
         boxes = tuple(tuple((0, n) for n in shape) for shape in view.in_shapes + view.out_shapes)
+    elif at_origin:
+        boxes = tuple(held[t] for t in ids)
     else:
         boxes = tuple(tuple((lo - o, hi - o) for o, (lo, hi) in zip(origin, held[t]))
-                      for t, origin in zip(ids, origins))
-    # the part of each input piece inside its tensor (the rest is a padded halo's fill)
-    windows = tuple(tuple((max(0, -o), min(n, full - o)) for o, n, full in zip(origin, shape, graph.tensors[t].shape))
-                    for t, origin, shape in zip(view.inputs, origins, view.in_shapes))
-    classes = view.out_classes or (1,) * len(view.outputs)
-    key = (id(graph), node.id, view.attrs, view.in_shapes, view.out_shapes, ids, roles, boxes, windows, classes,
-           view.done, k, runnable_only, id(excluded))
+                      for t, origin in zip(ids, view.in_origins_or_zero() + view.out_origins_or_zero()))
+    key = (id(graph), static, boxes, k, runnable_only, id(excluded))
     hit = _OPTIONS.get(key)
     if hit is not None and hit[0] is graph and hit[1] is excluded:
         return hit[2]
     try:
-        found, whole = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, grads, items, roles, boxes,
-                               classes, view.done, windows)
+        found, whole = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, tuple(_grads(graph, ids)),
+                               tuple(_items(graph, ids)), roles, boxes, classes, view.done, windows)
     except TofuError as e:
         raise SearchError(f"node '{node.name}' ({node.op}): {e}") from None
     bad = _excluded_index(excluded).get((view.op, view.attrs, view.in_shapes, view.out_shapes)) \
@@ -292,6 +287,54 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
 
 # node_options by everything its result depends on: groups whose pieces lie alike share one result
 _OPTIONS: dict[tuple, tuple] = {}
+# per view object (by id, the view kept alive): what node_options' key needs of it, its part interned as an int
+_VIEW_KEYS: dict[int, tuple] = {}
+_INTERNED: dict[tuple, int] = {}
+
+
+def _view_key(graph: Graph, view: NodeView) -> tuple:
+    """The tensors ``view`` touches, whether all its pieces start at the origin, the interned number of
+    everything else node_options depends on, the roles, the windows and the partial-sum classes."""
+    hit = _VIEW_KEYS.get(id(view))
+    if hit is not None and hit[0] is view and hit[1] is graph:
+        return hit[2]
+    ids = view.inputs + view.outputs
+    info = _tensor_info(graph)
+    roles = tuple(info.roles[t] for t in ids)
+    if view.in_zeroed is not None:      # a zeroed input is not read: it costs nothing, as state
+        roles = tuple(_AUX if z else r for r, z in zip(roles, view.in_zeroed)) + roles[len(view.inputs):]
+    origins = view.in_origins_or_zero() + view.out_origins_or_zero()
+    # the part of each input piece inside its tensor (the rest is a padded halo's fill)
+    windows = tuple(tuple((max(0, -o), min(n, full - o)) for o, n, full in zip(origin, shape, graph.tensors[t].shape))
+                    for t, origin, shape in zip(view.inputs, origins, view.in_shapes))
+    classes = view.out_classes or (1,) * len(view.outputs)
+    at_origin = not any(any(origin) for origin in origins)
+    content = (id(graph), view.attrs, view.op, view.in_shapes, view.out_shapes, ids, roles, windows, classes,
+               view.done)
+    static = _INTERNED.setdefault(content, len(_INTERNED))
+    value = (ids, at_origin, static, roles, windows, classes)
+    if len(_VIEW_KEYS) > 400_000:
+        _VIEW_KEYS.clear()
+    _VIEW_KEYS[id(view)] = (view, graph, value)
+    return value
+
+
+def _grads(graph: Graph, ids) -> list[bool]:
+    grads = _tensor_info(graph).grads
+    return [grads[t] for t in ids]
+
+
+def _items(graph: Graph, ids) -> list[int]:
+    items = _tensor_info(graph).items
+    return [items[t] for t in ids]
+
+
+def clear_caches() -> None:
+    """Forgets every cost table (for cold timings)."""
+    for cached in (_costed, _strategies, _input_costs, _output_costs):
+        cached.cache_clear()
+    for table in (_OPTIONS, _VIEW_KEYS, _INTERNED, _EXCLUDED, _INFO):
+        table.clear()
 
 
 _AUX, _PARAM, _COMPUTED = 0, 1, 2
@@ -370,6 +413,11 @@ def _strategies(op, attrs, ins, outs, k):
     group and held box the signature is costed against)."""
     found = strategies(describe(op, attrs, ins, outs), k)
     return found, tuple(_computed_whole(s) for s in found if s.kind == "output")
+
+
+def signature_strategies(op, attrs, ins, outs, k) -> tuple[PartitionStrategy, ...]:
+    """The strategies the analysis derives for one op signature (before any is found not runnable)."""
+    return _strategies(op, attrs, ins, outs, k)[0]
 
 
 def _with_costs(sig, whole, grads, items, roles, held, windows, classes, done):
@@ -451,21 +499,26 @@ def _output_costs(sig, whole, o, box, n, done, grad, item):
 def _overlaps(pieces, box, k: int) -> dict:
     """For every dimension d, and None: sum_w |pieces[w] & H_w(d)|, with H_w(d) the w-th of k slices of the
     half-open ``box`` along d ([w n / k, (w + 1) n / k) rounded down; all of it for None); pieces are
-    inclusive bounds (None: nothing)."""
+    inclusive bounds (None: nothing). A piece meets H_w(d) in its overlap with the box, cut along d."""
     nd = len(box)
-    out = dict.fromkeys((*range(nd), None), 0)
+    out = [0] * (nd + 1)
     for w, p in enumerate(pieces):
         if p is None:
             continue
-        ov = [max(0, min(b, hi - 1) - max(a, lo) + 1) for (a, b), (lo, hi) in zip(p, box)]
-        out[None] += math.prod(ov)
+        ov = [min(b, hi - 1) - max(a, lo) + 1 for (a, b), (lo, hi) in zip(p, box)]
+        if min(ov) <= 0:
+            continue
+        total = math.prod(ov)
+        out[nd] += total
         for d in range(nd):
             (a, b), (lo, hi) = p[d], box[d]
             n = hi - lo
-            cut = max(0, min(b, lo + (w + 1) * n // k - 1) - max(a, lo + w * n // k) + 1)
-            if cut:
-                out[d] += cut * math.prod(ov[:d]) * math.prod(ov[d + 1:])
-    return out
+            cut = min(b, lo + (w + 1) * n // k - 1) - max(a, lo + w * n // k) + 1
+            if cut > 0:
+                out[d] += total // ov[d] * cut
+    result = dict(enumerate(out[:nd]))
+    result[None] = out[nd]
+    return result
 
 
 def _whole(shape: Shape) -> tuple[tuple[int, int], ...]:

@@ -17,6 +17,7 @@ the minimum of CutProblem.cost over all assignments. Ties break towards the lowe
 from __future__ import annotations
 
 import itertools
+import operator
 
 from tofu.errors import SearchError
 from tofu.search.problem import CutProblem, CutSolution
@@ -62,21 +63,23 @@ def solve_dp(p: CutProblem) -> CutSolution:
         nxt: dict[tuple[int, ...], float] = {}
         back: dict[tuple[int, ...], tuple] = {}
         ranges = [range(len(p.tensors[t].choices)) for t in persistent]
+        # the persistent tensor groups' cost per combination and strategy does not depend on the state
+        combos = [(combo, [sum(tb[s][ch] for tb, ch in zip(pers, combo)) for s in range(n_s)])
+                  for combo in itertools.product(*ranges)]
+        strategies = range(n_s)
+        width = len(frontier)
+        key_of = _picker([j if src == 0 else width + j for src, j in source])   # of state + combo
         for state, base in layer.items():
-            fixed_cost = [base_s[s] + sum(tb[s][state[j]] for j, tb in fixed) for s in range(n_s)]
-            for combo in itertools.product(*ranges):
-                best, best_s = None, -1
-                for s in range(n_s):
-                    c = fixed_cost[s]
-                    for tb, ch in zip(pers, combo):
-                        c += tb[s][ch]
-                    if best is None or c < best:
-                        best, best_s = c, s
+            fixed_cost = [base_s[s] + sum(tb[s][state[j]] for j, tb in fixed) for s in strategies]
+            for combo, extra in combos:
+                costs = [a + b for a, b in zip(fixed_cost, extra)] if persistent else fixed_cost
+                best = min(costs)
                 total = base + best
-                key = tuple(state[j] if src == 0 else combo[j] for src, j in source)
-                if key not in nxt or total < nxt[key]:
+                key = key_of(state + combo)
+                old = nxt.get(key)
+                if old is None or total < old:
                     nxt[key] = total
-                    back[key] = (state, combo, best_s)
+                    back[key] = (state, combo, costs.index(best))
         history.append((frontier, tuple(persistent), tuple(transient), back))
         seen.update(new)
         frontier, layer = tuple(kept), nxt
@@ -99,3 +102,13 @@ def solve_dp(p: CutProblem) -> CutSolution:
             x[t] = c
         key = state
     return CutSolution(tuple(x), tuple(y), cost)
+
+
+def _picker(indices: list[int]):
+    """A function returning the tuple of its argument's items at ``indices``."""
+    if not indices:
+        return lambda row: ()
+    if len(indices) == 1:
+        i = indices[0]
+        return lambda row: (row[i],)
+    return operator.itemgetter(*indices)

@@ -29,7 +29,7 @@ from tofu.errors import SearchError
 from tofu.graph.ir import Graph, Role
 from tofu.search.coarsen import Coarsening, coarsen
 from tofu.search.cost import (CutIndex, GroupView, NodeView, build_cut, build_runnable_cut, choices, next_view,
-                              node_options, runnable, strategy_key)
+                              runnable, signature_strategies, strategy_key)
 from tofu.search.dp import solve_dp
 from tofu.search.problem import CutProblem, CutSolution
 from tofu.tdl.describe import describe
@@ -122,11 +122,11 @@ def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only):
         for group in groups:
             for node in graph.nodes:
                 view = group.views[node.id]
-                if coarse.op_group[node.id] < 0 or view in seen:
+                sig = (view.op, view.attrs, view.in_shapes, view.out_shapes)
+                if coarse.op_group[node.id] < 0 or sig in seen:
                     continue
-                seen.add(view)
-                for o in node_options(graph, node, view, f, runnable_only=False):
-                    s = o.strategy
+                seen.add(sig)
+                for s in signature_strategies(*sig, f):
                     if s.exchanges and not runnable(view.op, view.attrs, _describe(view), s):
                         excluded.add(strategy_key(view, s))
     while True:
@@ -135,9 +135,13 @@ def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only):
         if not runnable_only:
             return problem, index, solution
         failing = set()
+        checked: set[int] = set()      # a strategy is one value per op signature: every group shares it
         for g, nodes in enumerate(index.group_nodes):
             for group, by_node in zip(groups, index.group_strategies):
                 s = by_node[nodes[0]][solution.y[g]]
+                if id(s) in checked:
+                    continue
+                checked.add(id(s))
                 view = group.views[nodes[0]]
                 if not s.var.endswith("*") and not runnable(view.op, view.attrs, _describe(view), s):
                     # one of this op's strategies fails: check its others now rather than one re-solve each
