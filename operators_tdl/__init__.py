@@ -6,4 +6,4 @@ in FAMILIES); see docs/tdl.md.
 """
 
 FAMILIES = ("elementwise", "reduce", "optimizer", "matmul", "conv", "pooling", "norm", "softmax", "shape",
-            "embedding", "linalg", "sequence")
+            "embedding", "linalg", "sequence", "ranges")
