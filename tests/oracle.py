@@ -21,6 +21,7 @@ Two totals: ``per_consumer`` (every consumer op fetches its own pieces, as the c
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -51,6 +52,19 @@ def _size(box: Box) -> int:
 
 def _meet(a: Box, b: Box) -> Box:
     return tuple((max(x, u), min(y, v)) for (x, y), (u, v) in zip(a, b))
+
+
+def _union_size(boxes) -> int:
+    """Elements in the union of half-open boxes: their sum when disjoint, else by cells between their edges."""
+    boxes = [b for b in boxes if _size(b)]
+    if all(not _size(_meet(a, b)) for i, a in enumerate(boxes) for b in boxes[i + 1:]):
+        return sum(_size(b) for b in boxes)
+    edges = [sorted({x for b in boxes for x in b[d]}) for d in range(len(boxes[0]))]
+    total = 0
+    for cell in itertools.product(*(list(zip(e, e[1:])) for e in edges)):
+        if any(all(lo <= a and c <= hi for (a, c), (lo, hi) in zip(cell, b)) for b in boxes):
+            total += _size(cell)
+    return total
 
 
 def _coords(w: int, factors) -> list[int]:
@@ -150,7 +164,8 @@ def count(graph: Graph, plan) -> Count:
                     classes.setdefault(key, set()).add(b)
                 moved = 0
                 for key, boxes in classes.items():
-                    need = sum(_size(_meet(want, b)) for b in boxes)
+                    need = _union_size([_meet(want, b) for b in boxes])      # a cropping worker's whole piece
+                    #                                                          overlaps the others' pieces
                     own = max((_size(_meet(want, b)) for u, b, c in produced if u == w and c == key), default=0)
                     moved += need - own
                 charge(t, moved, node=node.name)

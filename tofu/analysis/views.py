@@ -128,8 +128,10 @@ def next_view(view: NodeView, s: PartitionStrategy, k: int, worker: int = 0) -> 
                                  for o, (lo, _), pad in zip(view.origin(i), r.bounds, r.pad))
                            for i, r in zip(call.inputs, call.regions))
         zeroed = tuple(view.zeroed(i) or i in call.zeroed for i in call.inputs)
-        if call.crop:
-            outs, out_origins, classes = view.out_shapes, view.out_origins, view.out_classes
+        if call.crop:       # the kernel computes the whole output: later cuts do not narrow it (as compose)
+            return NodeView(view.op, call.attrs, call.input_shapes(), view.out_shapes,
+                            tuple(view.inputs[i] for i in call.inputs), view.outputs, in_origins, view.out_origins,
+                            view.out_classes, zeroed, done=True)
         return NodeView(view.op, call.attrs, call.input_shapes(), outs, tuple(view.inputs[i] for i in call.inputs),
                         view.outputs, in_origins, out_origins, classes, zeroed)
     # an input the strategy does not read keeps its shape (the op still takes it)

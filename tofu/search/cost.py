@@ -155,9 +155,11 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
                 options = reps[0][0]
                 aligned = {id(options): options}
             else:
-                keys = [{(o.strategy.var, o.strategy.kind): o for o in opts} for opts, _, _ in reps]
-                options = [o for o in reps[0][0] if all((o.strategy.var, o.strategy.kind) in m for m in keys)]
-                aligned = {id(opts): [m[(o.strategy.var, o.strategy.kind)] for o in options]
+                # a group whose kernel computed the op whole (a cropping shard) offers the same splits computed
+                # whole ("i*"): it already holds what the others split, so they align by split variable
+                keys = [{_aligned_key(o.strategy): o for o in opts} for opts, _, _ in reps]
+                options = [o for o in reps[0][0] if all(_aligned_key(o.strategy) in m for m in keys)]
+                aligned = {id(opts): [m[_aligned_key(o.strategy)] for o in options]
                            for (opts, _, _), m in zip(reps, keys)}
             if not options:
                 raise SearchError(f"node '{node.name}' ({node.op}): no strategy fits every worker group")
@@ -194,6 +196,10 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
     problem = CutProblem(k, tuple(tgroups), tuple(ops))
     return problem, CutIndex(tuple(node_strategies), tuple(tuple(group_nodes[g]) for g in order),
                              tuple(tuple(row) for row in by_group), tuple(kept_tables))
+
+
+def _aligned_key(s: PartitionStrategy) -> tuple[str, str]:
+    return s.var.rstrip("*"), s.kind
 
 
 def _add(tables: dict, tg: int, tgroups, per_option: list[dict], mult: int = 1) -> None:
