@@ -55,14 +55,15 @@ class _Parser(argparse.ArgumentParser):
 
 def _model_args(p: argparse.ArgumentParser, positional: bool = True) -> None:
     """The model and its options; ``positional=False`` makes the model an optional ``--model``."""
-    help_ = "zoo name (wresnet-{50,101,152}-{4,6,8,10}, rnn-{6,8,10}-{4k,6k,8k}, wresnet-tiny, rnn-tiny, mlp) or a symbol JSON file"
+    help_ = ("zoo name (wresnet-{50,101,152}-{4,6,8,10}, rnn-{6,8,10}-{4k,6k,8k}, gpt-{124m,350m,774m,1.5b,2.7b,"
+             "6.7b}, wresnet-tiny, rnn-tiny, gpt-tiny, mlp) or a symbol JSON file")
     if positional:
         p.add_argument("model", help=help_)
     else:
         p.add_argument("--model", help=help_ + ": list the ops of its graph")
     p.add_argument("--batch", type=int, help="batch size (default: the model family's, see docs/models.md)")
-    p.add_argument("--seq-len", type=int, default=20, help="RNN unrolled timesteps (default 20)")
-    p.add_argument("--vocab", type=int, default=10000, help="RNN vocabulary (default 10000)")
+    p.add_argument("--seq-len", type=int, help="RNN unrolled timesteps (default 20), GPT tokens (default 1024)")
+    p.add_argument("--vocab", type=int, help="RNN vocabulary (default 10000), GPT vocabulary (default 50304)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
                    help="input shape of a symbol file (repeat per input)")
 

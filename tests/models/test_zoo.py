@@ -11,7 +11,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from tofu.errors import TofuError, UnknownModelError  # noqa: E402
-from tofu.models import PAPER_MODELS, SMALL_MODELS, ModelOptions, build_model, model_names  # noqa: E402
+from tofu.models import GPT_MODELS, PAPER_MODELS, SMALL_MODELS, ModelOptions, build_model, model_names  # noqa: E402
 
 
 def param_count(model) -> int:
@@ -39,7 +39,7 @@ def wresnet_params_by_hand(units, widen, base=64, classes=1000, channels=3) -> i
 def test_names():
     assert len(PAPER_MODELS) == 21 and len(set(PAPER_MODELS)) == 21
     assert PAPER_MODELS[0] == "wresnet-50-4" and PAPER_MODELS[-1] == "rnn-10-8k"
-    assert model_names() == PAPER_MODELS + SMALL_MODELS
+    assert model_names() == PAPER_MODELS + GPT_MODELS + SMALL_MODELS + ("gpt-tiny",)
 
 
 def test_every_model_infers_all_shapes():
