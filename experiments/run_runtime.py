@@ -25,14 +25,14 @@ from tofu.errors import SearchError, TofuError  # noqa: E402
 from tofu.models import ModelOptions  # noqa: E402
 from tofu.runtime.data import initial_values, synthetic_batch  # noqa: E402
 from tofu.runtime.run import train  # noqa: E402
-from tofu.search.algorithms import ALGORITHMS, plan_graph  # noqa: E402
+from tofu.search.algorithms import GENERAL_ALGORITHMS, plan_graph  # noqa: E402
 
 COLUMNS = ("model", "batch", "workers", "algo", "status", "steps", "output_max_abs_diff", "gradient_max_rel_diff",
            "loss_max_abs_diff", "parameter_max_rel_diff", "measured_forward_bytes", "measured_backward_bytes",
            "measured_comm_bytes", "predicted_comm_bytes", "measured_over_predicted", "cross_device_copies",
            "median_step_seconds", "message")
 SMALL = ("mlp", "wresnet-tiny", "rnn-tiny")
-ALGOS = tuple(a for a in ALGORITHMS if a != "ilp")
+ALGOS = tuple(a for a in GENERAL_ALGORITHMS if a != "ilp")
 
 
 def run_case(model: str, batch: int, workers: int, algo: str, steps: int, lr: float) -> dict:

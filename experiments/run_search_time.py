@@ -22,7 +22,7 @@ from experiments.common import RowWriter, write_sidecar  # noqa: E402
 from tofu.api import clear_caches, load_graph  # noqa: E402
 from tofu.errors import TofuError  # noqa: E402
 from tofu.models import PAPER_MODELS, SMALL_MODELS  # noqa: E402
-from tofu.search.algorithms import ALGORITHMS, plan_graph  # noqa: E402
+from tofu.search.algorithms import ALGORITHMS, GENERAL_ALGORITHMS, plan_graph  # noqa: E402
 
 COLUMNS = ("model", "workers", "algo", "repeat", "status", "search_seconds", "comm_bytes", "step_bytes",
            "per_device_total_bytes", "per_device_params_bytes", "per_device_activations_bytes",
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default="paper", help="'paper', 'small' or comma-separated names")
     p.add_argument("--workers", default="2,4,8", help="comma-separated worker counts")
-    p.add_argument("--algos", default="all", help=f"'all' (without ilp), or comma-separated of: {', '.join(ALGORITHMS)}")
+    p.add_argument("--algos", default="all",
+                   help=f"'all' (without ilp and megatron), or comma-separated of: {', '.join(ALGORITHMS)}")
     p.add_argument("--repeats", type=int, default=1)
     p.add_argument("--ilp-seconds", type=float, default=60.0, help="time limit of one ILP cut")
     p.add_argument("--tag", default="latest")
@@ -62,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     models = {"paper": PAPER_MODELS, "small": SMALL_MODELS}.get(args.models, tuple(args.models.split(",")))
     workers = tuple(int(w) for w in args.workers.split(","))
-    algos = tuple(a for a in ALGORITHMS if a != "ilp") if args.algos == "all" else tuple(args.algos.split(","))
+    algos = tuple(a for a in GENERAL_ALGORITHMS if a != "ilp") if args.algos == "all" else tuple(args.algos.split(","))
     if args.quick:
         models, workers = SMALL_MODELS, (2, 4)
     unknown = [a for a in algos if a not in ALGORITHMS]

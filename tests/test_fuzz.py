@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from tofu import cli
 from tofu.api import load_graph
-from tofu.search.algorithms import ALGORITHMS
+from tofu.search.algorithms import GENERAL_ALGORITHMS
 from tofu.search.plan import Plan
 
 settings.register_profile("make", max_examples=60, deadline=None, derandomize=True, database=None,
@@ -36,7 +36,7 @@ EXTENTS = st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 12, 13])
 SMALL = st.sampled_from([1, 2, 3, 4, 5, 7, 8])
 WORKERS = st.one_of(st.sampled_from([2, 4, 8]), st.integers(1, 8))      # powers of two more often
 # ILP is exact and slow past tiny graphs; the other finders are all exercised
-FINDERS = st.sampled_from(sorted(a for a in ALGORITHMS if a != "ilp"))
+FINDERS = st.sampled_from(sorted(a for a in GENERAL_ALGORITHMS if a != "ilp"))
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from tofu.graph.ir import Role
 from tofu.runtime.data import initial_values, synthetic_batch
 from tofu.runtime.run import train
 from tofu.runtime.train import Trainer, measure_copies, whole_graph
-from tofu.search.algorithms import ALGORITHMS, plan_graph
+from tofu.search.algorithms import GENERAL_ALGORITHMS, plan_graph
 
-ALGOS = sorted(a for a in ALGORITHMS if a != "ilp")
+ALGOS = sorted(a for a in GENERAL_ALGORITHMS if a != "ilp")
 BATCH = {"mlp": 24, "wresnet-tiny": 8, "rnn-tiny": 8}
 TOL = 1e-4          # outputs and gradients of the first step, losses and parameters ten steps later
 LR = 2e-4           # small: ten steps check each device's update of its own shards (momentum included), not how

@@ -59,7 +59,10 @@ ALGORITHMS: dict[str, tuple[Callable, str]] = {
     "spartan": (_baseline("spartan"), "flat"),
     "equalchop": (_baseline("equalchop"), "flat"),
     "icml18": (_baseline("icml18"), "flat"),
+    "megatron": (_baseline("megatron"), "flat"),
 }
+GENERAL_ALGORITHMS: tuple[str, ...] = tuple(a for a in ALGORITHMS if a != "megatron")
+"""The algorithms that plan any graph (``megatron`` plans the transformers of tofu.models.transformer only)."""
 
 
 @contextlib.contextmanager

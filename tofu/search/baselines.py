@@ -22,7 +22,10 @@ Ties break towards the lowest index.
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
+
+from tofu.errors import SearchError
 
 from tofu.search.dp import solve_dp
 from tofu.search.problem import CutProblem, CutSolution, OpGroup
@@ -111,6 +114,86 @@ def icml18(p: CutProblem) -> CutSolution:
     for g in p.ops:
         kept = [s for s in range(len(g.strategies)) if g.produces[s] and g.produces[s][0][1] in (0, 1)]
         keep_s.append(kept or list(range(len(g.strategies))))
+    return _restricted_optimum(p, keep_c, keep_s)
+
+
+# Megatron-LM's tensor parallelism with sequence parallelism, per tensor of a block of
+# tofu.models.transformer (name without "block{l}_" and "_output"): the dimension each is split along
+MEGATRON_DIMS: dict[str, int] = {
+    # column-parallel: q, k, v and fc1 split their output features, i.e. the heads and the MLP width
+    **{f"{fc}_{p}": 0 for fc in ("q", "k", "v", "fc1") for p in ("weight", "bias")},
+    **{role: 2 for role in ("q", "k", "v", "fc1", "gelu", "q_heads", "k_heads", "v_heads", "context_back",
+                            "context_merge")},
+    # heads in front: (heads * batch, seq, ...) split by heads
+    **{role: 0 for role in ("q_front", "k_front", "v_front", "q_stack", "k_stack", "v_stack", "scores", "scale",
+                            "masked", "probs", "context", "context_heads")},
+    # row-parallel: proj and fc2 split their input features (a reduction), their partial outputs reduce-scattered
+    "proj_weight": 1, "fc2_weight": 1,
+    # sequence-parallel: the residual stream and the LayerNorms split along the sequence
+    **{role: 1 for role in ("ln1", "ln2", "proj", "fc2", "attn_add", "mlp_add")},
+}
+
+ROW_PARALLEL = ("proj", "fc2")
+
+
+def megatron(p: CutProblem) -> CutSolution:
+    """Megatron-LM's hand-made partition (Shoeybi et al. 2019) with sequence parallelism (Korthikanti et al.
+    2022), on the blocks of :mod:`tofu.models.transformer`: every block tensor is held on the dimension of
+    :data:`MEGATRON_DIMS` and every block op splits as Megatron splits it (its output on that dimension; the
+    row-parallel ones their reduction); the tensors it does not name (LayerNorm parameters, the row-parallel biases, the
+    embeddings, the causal mask and the loss head) and every op's strategy take their optimum given those,
+    by :func:`~tofu.search.dp.solve_dp` on the restricted problem. Megatron's vocabulary-parallel embedding
+    and cross-entropy are left to that optimum: an Embedding reads its table at data-dependent rows, which
+    the analysis cannot split, and SoftmaxOutput has no statistics expansion.
+
+    Raises:
+        SearchError: the graph has no transformer block, a block tensor cannot be split k ways on its
+            dimension (k must divide the heads, the sequence and the 4h MLP width), or a block op has no
+            runnable strategy that splits it so.
+    """
+    keep_c = []
+    for t in p.tensors:
+        dims = {MEGATRON_DIMS[role] for role in map(_block_role, t.names) if role in MEGATRON_DIMS}
+        if len(dims) > 1:
+            raise SearchError(f"megatron: tensor group '{t.name}' ties tensors split on dimensions {sorted(dims)}")
+        if dims and dims <= set(t.choices):
+            keep_c.append([t.choices.index(next(iter(dims)))])
+        elif dims:
+            raise SearchError(f"megatron: '{t.name}' of shape {t.shape} cannot be split {p.k} ways on dimension "
+                              f"{next(iter(dims))}")
+        else:
+            keep_c.append(list(range(len(t.choices))))
+    if not any(_block_role(n) in MEGATRON_DIMS for t in p.tensors for n in t.names):
+        raise SearchError("megatron: the graph has no transformer block (tensors named as tofu.models.transformer "
+                          "names them: block{l}_q_weight, ...)")
+    keep_s, unsplit = [], []
+    for g in p.ops:
+        role = _block_role(g.name)
+        every = range(len(g.strategies))
+        if role in ROW_PARALLEL:
+            kept = [s for s in every if g.kinds[s] == "reduce"]
+        elif role in MEGATRON_DIMS:
+            kept = [s for s in every if g.produces[s] and g.produces[s][0][1] == MEGATRON_DIMS[role]
+                    and not g.strategies[s].endswith("*")]        # computed whole is not Megatron's split
+        else:
+            kept = list(every)
+        if not kept:
+            unsplit.append(g.name)
+        keep_s.append(kept)
+    if unsplit:
+        raise SearchError(f"megatron: no runnable strategy splits {', '.join(unsplit[:4])}"
+                          f"{' ...' if len(unsplit) > 4 else ''} as Megatron-LM does at {p.k} workers")
+    return _restricted_optimum(p, keep_c, keep_s)
+
+
+def _block_role(name: str) -> str | None:
+    """``block3_q_heads_output`` -> ``q_heads``; None for a name outside the blocks."""
+    match = re.fullmatch(r"block[0-9]+_(.+?)(_output)?", name)
+    return match[1] if match else None
+
+
+def _restricted_optimum(p: CutProblem, keep_c: list[list[int]], keep_s: list[list[int]]) -> CutSolution:
+    """The least-cost assignment using only choices ``keep_c[t]`` and strategies ``keep_s[g]`` (by index)."""
     tensors = tuple(dataclasses.replace(t, choices=tuple(t.choices[c] for c in keep_c[t.id])) for t in p.tensors)
     ops = tuple(dataclasses.replace(
         g, strategies=tuple(g.strategies[s] for s in keep_s[g.id]), kinds=tuple(g.kinds[s] for s in keep_s[g.id]),
