@@ -22,3 +22,20 @@ def test_run_search_time_quick_writes_rows_and_sidecar(tmp_path, capsys):
     out = tmp_path / "fig.png"
     assert plot_search.main([str(tmp_path / "smoke.csv"), "--workers", "2", "--out", str(out)]) == 0
     assert out.stat().st_size > 10_000
+
+
+def test_run_transformer_quick_writes_rows_and_table(tmp_path, capsys):
+    from experiments import run_transformer, table_transformer
+
+    assert run_transformer.main(["--quick", "--tag", "smoke", "--out-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "smoke.csv").open()))
+    assert {(r["model"], r["workers"]) for r in rows} == {("gpt-tiny", "2"), ("gpt-tiny", "4")}
+    general = [r for r in rows if r["algo"] != "megatron"]
+    assert general and all(r["status"] == "ok" for r in general)
+    for k in ("2", "4"):
+        costs = {r["algo"]: float(r["comm_bytes"]) for r in general if r["workers"] == k}
+        assert costs["tofu"] <= min(costs.values())
+    assert all(r["status"] == "ok" or r["message"] for r in rows)
+    capsys.readouterr()
+    assert table_transformer.main([str(tmp_path / "smoke.csv")]) == 0
+    assert "| gpt-tiny | 4 | 2 |" in capsys.readouterr().out

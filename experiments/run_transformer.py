@@ -1,0 +1,85 @@
+"""Tofu's plans for GPT-style decoders against Megatron-LM's partition and the other baselines (issue 12).
+
+    python experiments/run_transformer.py [--models gpt] [--workers 2,4,8] [--batches 1,8] [--tag NAME] [--quick]
+
+One CSV row per (model, batch, workers, algorithm) in results/transformer/<tag>.csv, written as soon as it
+finishes, with a JSON sidecar: communication per iteration, per-device memory and search time (cold caches)
+on the same cost model for every algorithm. An algorithm that cannot plan a case (``megatron`` where k does
+not divide the heads) is recorded with status "error" and its one-line reason. ``--quick``: gpt-tiny only.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from experiments.common import RowWriter, write_sidecar  # noqa: E402
+from tofu.api import clear_caches, load_graph  # noqa: E402
+from tofu.errors import TofuError  # noqa: E402
+from tofu.models import GPT_MODELS, ModelOptions  # noqa: E402
+from tofu.search.algorithms import ALGORITHMS, plan_graph  # noqa: E402
+
+COLUMNS = ("model", "batch", "workers", "algo", "status", "search_seconds", "comm_bytes", "step_bytes",
+           "per_device_total_bytes", "per_device_fetched_bytes", "message")
+ALGOS = tuple(a for a in ALGORITHMS if a != "ilp")
+
+
+def run_one(graph, workers: int, algo: str) -> dict:
+    clear_caches()
+    try:
+        plan = plan_graph(graph, workers, algo)
+    except TofuError as e:
+        return {"status": "error", "message": str(e)[:200]}
+    mem = dict(plan.per_device_bytes)
+    return {"status": "ok", "search_seconds": f"{plan.search_seconds:.4f}", "comm_bytes": f"{plan.comm_bytes:.0f}",
+            "step_bytes": " ".join(f"{s.cost_bytes:.0f}" for s in plan.steps),
+            "per_device_total_bytes": mem["total"], "per_device_fetched_bytes": mem.get("fetched", 0)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", default="gpt", help="'gpt' (all six) or comma-separated zoo names")
+    p.add_argument("--workers", default="2,4,8")
+    p.add_argument("--batches", default="1,8", help="sequences per batch (1024 tokens each)")
+    p.add_argument("--algos", default="all", help=f"'all' (without ilp) or comma-separated of {', '.join(ALGOS)}")
+    p.add_argument("--tag", default="latest")
+    p.add_argument("--out-dir", type=Path, default=Path("results/transformer"))
+    p.add_argument("--quick", action="store_true", help="gpt-tiny at batch 4 only")
+    args = p.parse_args(argv)
+    models = GPT_MODELS if args.models == "gpt" else tuple(args.models.split(","))
+    batches = tuple(int(b) for b in args.batches.split(","))
+    workers = tuple(int(k) for k in args.workers.split(","))
+    algos = ALGOS if args.algos == "all" else tuple(args.algos.split(","))
+    if args.quick:
+        models, batches, workers = ("gpt-tiny",), (4,), (2, 4)
+    unknown = [a for a in algos if a not in ALGORITHMS]
+    if unknown:
+        p.error(f"unknown algorithm(s) {', '.join(unknown)}")
+    out = args.out_dir / f"{args.tag}.csv"
+    writer = RowWriter(out, COLUMNS)
+    write_sidecar(out, vars(args))
+    for model in models:
+        for batch in batches:
+            try:
+                graph = load_graph(model, ModelOptions(batch=batch))
+            except TofuError as e:
+                print(f"{model}: {e}", file=sys.stderr)
+                return 2
+            for k in workers:
+                for algo in algos:
+                    t0 = time.perf_counter()
+                    row = {"model": model, "batch": batch, "workers": k, "algo": algo, **run_one(graph, k, algo)}
+                    writer.write(row)
+                    print(f"{model:<9} b={batch:<3} k={k} {algo:<14} {row['status']:<6} "
+                          f"{float(row.get('comm_bytes') or 0) / 1e9:9.3f} GB  ({time.perf_counter() - t0:.1f} s)",
+                          flush=True)
+    writer.close()
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
