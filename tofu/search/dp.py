@@ -17,7 +17,10 @@ the minimum of CutProblem.cost over all assignments. Ties break towards the lowe
 from __future__ import annotations
 
 import itertools
+import math
 import operator
+
+import numpy as np
 
 from tofu.errors import SearchError
 from tofu.search.problem import CutProblem, CutSolution
@@ -68,7 +71,14 @@ def solve_dp(p: CutProblem) -> CutSolution:
                   for combo in itertools.product(*ranges)]
         strategies = range(n_s)
         width = len(frontier)
-        key_of = _picker([j if src == 0 else width + j for src, j in source])   # of state + combo
+        picks = [j if src == 0 else width + j for src, j in source]          # of state + combo
+        if len(layer) * len(combos) * n_s >= _VECTOR_FROM:
+            nxt, back = _expand(layer, width, fixed, base_s, combos, picks, [len(p.tensors[t].choices) for t in kept])
+            history.append((frontier, tuple(persistent), tuple(transient), back))
+            seen.update(new)
+            frontier, layer = tuple(kept), nxt
+            continue
+        key_of = _picker(picks)
         for state, base in layer.items():
             fixed_cost = [base_s[s] + sum(tb[s][state[j]] for j, tb in fixed) for s in strategies]
             for combo, extra in combos:
@@ -112,3 +122,44 @@ def _picker(indices: list[int]):
         i = indices[0]
         return lambda row: (row[i],)
     return operator.itemgetter(*indices)
+
+
+_VECTOR_FROM = 256
+"""Layers with at least this many (state, combination, strategy) triples are expanded with numpy."""
+
+
+def _expand(layer: dict, width: int, fixed, base_s, combos, picks, sizes) -> tuple[dict, dict]:
+    """One layer of the recurrence with numpy, equal to the loop in :func:`solve_dp` term for term: the same
+    additions in the same order, the first least strategy, and per next state the first least (state,
+    combination) pair in the loop's order, next states in order of their first pair."""
+    states = np.array(list(layer), dtype=np.int64).reshape(len(layer), width)
+    base = np.fromiter(layer.values(), dtype=float, count=len(layer))
+    acc = np.zeros((len(states), len(base_s)))
+    for j, tb in fixed:
+        acc = acc + np.asarray(tb, dtype=float)[:, states[:, j]].T
+    fixed_cost = np.asarray(base_s, dtype=float) + acc                            # [state, s]
+    combo_rows = np.array([c for c, _ in combos], dtype=np.int64).reshape(len(combos), len(combos[0][0]))
+    extra = np.array([e for _, e in combos], dtype=float)                         # [combo, s]
+    pair = fixed_cost[:, None, :] + extra[None, :, :]
+    best_s = pair.argmin(axis=2).ravel()
+    total = (base[:, None] + pair.min(axis=2)).ravel()                           # state-major, as the loop
+    n_c = len(combos)
+    rows = np.concatenate([np.repeat(states, n_c, axis=0), np.tile(combo_rows, (len(states), 1))], axis=1)
+    keys = rows[:, picks]
+    if math.prod(sizes) < 2 ** 62:      # the next state as one number, or its rank among the next states
+        code = np.zeros(len(total), dtype=np.int64)
+        for col, n in zip(keys.T, sizes):
+            code = code * n + col
+    else:
+        code = np.unique(keys, axis=0, return_inverse=True)[1].ravel()
+    order = np.lexsort((np.arange(len(total)), total, code))
+    heads = order[np.r_[True, code[order][1:] != code[order][:-1]]]             # per code: least, then first
+    first = np.unique(code, return_index=True)[1]                                # per code: its first pair
+    heads = heads[np.argsort(first, kind="stable")]
+    nxt, back = {}, {}
+    state_of = list(layer)
+    for h in heads.tolist():
+        key = tuple(keys[h].tolist())
+        nxt[key] = float(total[h])
+        back[key] = (state_of[h // n_c], combos[h % n_c][0], int(best_s[h]))
+    return nxt, back
