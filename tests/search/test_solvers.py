@@ -75,6 +75,20 @@ def test_dp_equals_brute_force_on_random_problems(seed):
     assert dp.cost == p.cost(dp.x, dp.y) == bf.cost == p.cost(bf.x, bf.y)
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_numpy_layers_equal_the_loop(seed, monkeypatch):
+    """The DP with every layer expanded by numpy returns the loop's very assignment (ties included), on
+    random problems and on the real graphs' cuts."""
+    from tofu.search import dp as dp_module
+    problems = [random_problem(seed)]
+    if seed < len(GRAPHS) * 2:
+        problems += cut_problems(graph(sorted(GRAPHS)[seed // 2]), (2, 4)[seed % 2])
+    monkeypatch.setattr(dp_module, "_VECTOR_FROM", 10 ** 12)
+    loop = [solve_dp(p) for p in problems]
+    monkeypatch.setattr(dp_module, "_VECTOR_FROM", 0)
+    assert [solve_dp(p) for p in problems] == loop
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_brute_force_equals_naive_enumeration(seed):
     p = random_problem(seed)
