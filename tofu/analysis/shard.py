@@ -11,7 +11,8 @@ shard's input shapes, trying in order of fewest changes:
 * an integer attribute equal to the full extent of an output dimension that the shard shrinks takes the
   shard's extent (``num_hidden``, ``num_filter``, ``output_dim``), or 0 (an offset such as ``begin``);
 * an integer attribute equal to the number of inputs takes the number of inputs the shard reads (``num_args``);
-* a tuple attribute equal to the full output shape takes the shard's (``shape`` of ``_zeros``), one equal to
+* a tuple attribute equal to the full output shape takes the shard's (``shape`` of ``_zeros``; Reshape's
+  target with MXNet's codes 0 and -1 keeps the codes and takes the shard's explicit extents), one equal to
   an input's trailing extents takes the shard's (a convolution's ``kernel`` under a kernel-tap split), and
   one of non-negative amounts may become all zeros (the padding a materialised halo now provides).
 
@@ -163,6 +164,11 @@ def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Sha
             for fs, ws in zip(full_shapes, wanted):
                 if value == tuple(fs) and tuple(ws) != tuple(fs):
                     alts.append(tuple(ws))
+                elif len(value) == len(fs) and tuple(ws) != tuple(fs) and \
+                        all(v == a or v <= 0 for v, a in zip(value, fs)) and any(v > 0 for v in value):
+                    # a target shape with MXNet's codes (0 keeps an input extent, -1 infers one, -2..-4
+                    # regroup): its explicit extents take the shard's
+                    alts.append(tuple(b if v > 0 else v for v, b in zip(value, ws)))
             for fs, ws in inputs:             # an input's trailing extents (a convolution's kernel)
                 n = len(value)
                 if len(fs) >= n and value == tuple(fs[-n:]) and tuple(ws[-n:]) != value and tuple(ws[-n:]) not in alts:
