@@ -17,7 +17,7 @@ from tests.oracle import count
 from tofu.api import load_graph, load_plan
 from tofu.errors import SearchError
 from tofu.models.zoo import PAPER_MODELS
-from tofu.search.algorithms import GENERAL_ALGORITHMS
+from tofu.search.algorithms import ALGORITHMS, GENERAL_ALGORITHMS
 
 CI = os.environ.get("CI") == "true"
 SMALL = ("mlp", "wresnet-tiny", "rnn-tiny")
@@ -42,7 +42,7 @@ def _check(model: str, k: int, algo: str) -> None:
 # against the oracle on smaller graphs in tests/search/test_solvers.py)
 SMALL_CASES = [(m, a, k) for m in SMALL for a in GENERAL_ALGORITHMS for k in (2, 3, 4, 6, 8)
                if not (a == "ilp" and k in (6, 8) and m != "mlp")] + \
-    [("gpt-tiny", a, k) for a in GENERAL_ALGORITHMS for k in (2, 4) if a != "ilp"]
+    [("gpt-tiny", a, k) for a in ALGORITHMS for k in (2, 4) if a != "ilp"]
 
 
 @pytest.mark.parametrize("model, algo, k", SMALL_CASES, ids=[f"{m}-{a}-k{k}" for m, a, k in SMALL_CASES])
