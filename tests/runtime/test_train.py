@@ -22,7 +22,7 @@ from tofu.runtime.train import Trainer, measure_copies, whole_graph
 from tofu.search.algorithms import GENERAL_ALGORITHMS, plan_graph
 
 ALGOS = sorted(a for a in GENERAL_ALGORITHMS if a != "ilp")
-BATCH = {"mlp": 24, "wresnet-tiny": 8, "rnn-tiny": 8}
+BATCH = {"mlp": 24, "wresnet-tiny": 8, "rnn-tiny": 8, "gpt-tiny": 4}
 TOL = 1e-4          # outputs and gradients of the first step, losses and parameters ten steps later
 LR = 2e-4           # small: ten steps check each device's update of its own shards (momentum included), not how
                     # far training amplifies float32 reassociation over a long trajectory (docs/runtime.md)
@@ -55,7 +55,8 @@ def _assert_equal_to_one_device(report):
 
 FAST = [("mlp", k, a) for k in (2, 3, 4, 8) for a in ("tofu", "data-parallel", "spartan")] + \
        [("wresnet-tiny", 2, "tofu"), ("wresnet-tiny", 4, "tofu"), ("rnn-tiny", 2, "tofu"), ("rnn-tiny", 4, "tofu"),
-        ("rnn-tiny", 8, "tofu"), ("wresnet-tiny", 4, "icml18")]
+        ("rnn-tiny", 8, "tofu"), ("wresnet-tiny", 4, "icml18")] + \
+       [("gpt-tiny", k, a) for k in (2, 4) for a in ("tofu", "megatron")]
 
 
 def _assert_bytes(graph, plan, report):
