@@ -11,7 +11,8 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 from tofu.errors import TofuError, UnknownModelError  # noqa: E402
-from tofu.models import GPT_MODELS, PAPER_MODELS, SMALL_MODELS, ModelOptions, build_model, model_names  # noqa: E402
+from tofu.models import (GPT_MODELS, PAPER_EXTRA_MODELS, PAPER_MODELS, SMALL_MODELS, ModelOptions,  # noqa: E402
+                         build_model, model_names)
 
 
 def param_count(model) -> int:
@@ -22,12 +23,14 @@ def param_count(model) -> int:
 
 
 def wresnet_params_by_hand(units, widen, base=64, classes=1000, channels=3) -> int:
-    """Conv (no bias), BatchNorm (gamma, beta) and FC parameters of a bottleneck Wide ResNet."""
+    """Conv (no bias), BatchNorm (gamma, beta) and FC parameters of a bottleneck ResNet whose every convolution
+    has ``widen`` times the channels (the paper's Wide ResNet)."""
     conv_bn = lambda cin, cout, k: k * k * cin * cout + 2 * cout  # noqa: E731
-    total = conv_bn(channels, base, 7)
-    cin = base
+    total = conv_bn(channels, base * widen, 7)
+    cin = base * widen
     for stage, n in enumerate(units):
-        inner, out = base * 2 ** stage * widen, 4 * base * 2 ** stage
+        inner = base * 2 ** stage * widen
+        out = 4 * inner
         for unit in range(n):
             total += conv_bn(cin, inner, 1) + conv_bn(inner, inner, 3) + conv_bn(inner, out, 1)
             if unit == 0:  # every stage's first unit changes the width, so it has a projection shortcut
@@ -39,7 +42,8 @@ def wresnet_params_by_hand(units, widen, base=64, classes=1000, channels=3) -> i
 def test_names():
     assert len(PAPER_MODELS) == 21 and len(set(PAPER_MODELS)) == 21
     assert PAPER_MODELS[0] == "wresnet-50-4" and PAPER_MODELS[-1] == "rnn-10-8k"
-    assert model_names() == PAPER_MODELS + GPT_MODELS + SMALL_MODELS + ("gpt-tiny",)
+    assert PAPER_EXTRA_MODELS == ("rnn-4-8k",)
+    assert model_names() == PAPER_MODELS + PAPER_EXTRA_MODELS + GPT_MODELS + SMALL_MODELS + ("gpt-tiny",)
 
 
 def test_every_model_infers_all_shapes():
@@ -54,7 +58,8 @@ def test_every_model_infers_all_shapes():
 
 def test_hand_formula_matches_published_resnet_counts():
     assert wresnet_params_by_hand((3, 4, 6, 3), 1) == 25_557_032    # torchvision resnet50
-    assert wresnet_params_by_hand((3, 4, 6, 3), 2) == 68_883_240    # torchvision wide_resnet50_2
+    assert wresnet_params_by_hand((3, 4, 23, 3), 1) == 44_549_160   # torchvision resnet101
+    assert wresnet_params_by_hand((3, 8, 36, 3), 1) == 60_192_808   # torchvision resnet152
 
 
 @pytest.mark.parametrize("depth,units", [(50, (3, 4, 6, 3)), (101, (3, 4, 23, 3)), (152, (3, 8, 36, 3))])
@@ -65,21 +70,38 @@ def test_wresnet_param_count(depth, units, widen):
     assert model.shapes() == {"data": (2, 3, 224, 224), "softmax_label": (2,)}
 
 
-def test_wresnet_widen_scales_only_inner_convs():
-    symbol = build_model("wresnet-50-6").symbol
-    shapes = dict(zip(symbol.list_arguments(), symbol.infer_shape(data=(1, 3, 224, 224))[0]))
-    assert shapes["stem_conv_weight"] == (64, 3, 7, 7)
-    assert shapes["stage1_unit1_conv1_weight"] == (384, 64, 1, 1)      # 64 * 6
-    assert shapes["stage2_unit1_conv1_weight"] == (768, 256, 1, 1)     # 128 * 6
-    assert shapes["stage2_unit1_conv2_weight"] == (768, 768, 3, 3)
-    assert shapes["stage2_unit1_conv3_weight"] == (512, 768, 1, 1)     # output width stays 4 * 128
-    assert shapes["stage2_unit1_conv_sc_weight"] == (512, 256, 1, 1)
-    assert shapes["stage4_unit3_conv3_weight"] == (2048, 3072, 1, 1)
-    assert shapes["head_fc_weight"] == (1000, 2048)
+def _param_shapes(name):
+    symbol = build_model(name).symbol
+    return dict(zip(symbol.list_arguments(), symbol.infer_shape(data=(1, 3, 224, 224))[0]))
+
+
+@pytest.mark.parametrize("depth", [50, 152])
+@pytest.mark.parametrize("widen", [4, 10])
+def test_wresnet_widen_multiplies_every_channel(depth, widen):
+    """The paper's convention, against ResNet (widen 1, checked above against torchvision's counts): every
+    parameter keeps its name, and every channel dimension is ``widen`` times ResNet's, except the image's 3
+    input channels of the stem and the 1000 classes of the head."""
+    resnet, wide = _param_shapes(f"wresnet-{depth}-1"), _param_shapes(f"wresnet-{depth}-{widen}")
+    assert wide.keys() == resnet.keys()
+    for name, shape in resnet.items():
+        if name in ("data", "softmax_label"):
+            continue
+        if name == "stem_conv_weight":
+            expected = (shape[0] * widen, 3, 7, 7)
+        elif name == "head_fc_weight":
+            expected = (1000, shape[1] * widen)
+        elif name == "head_fc_bias":
+            expected = shape
+        elif name.endswith("_weight"):  # convolution (out, in, kh, kw)
+            expected = (shape[0] * widen, shape[1] * widen, *shape[2:])
+        else:                           # BatchNorm gamma and beta
+            expected = (shape[0] * widen,)
+        assert wide[name] == expected, name
+    assert wide["stage4_unit1_conv3_weight"] == (2048 * widen, 512 * widen, 1, 1)
 
 
 @pytest.mark.parametrize("name,layers,hidden", [(f"rnn-{n}-{h}k", n, h * 1024) for n in (6, 8, 10) for h in (4, 6, 8)]
-                         + [("rnn-2-64", 2, 64)])
+                         + [("rnn-4-8k", 4, 8192), ("rnn-2-64", 2, 64)])
 def test_rnn_param_count(name, layers, hidden):
     options = ModelOptions(batch=8, seq_len=3, vocab=1000)
     model = build_model(name, options)

@@ -1,9 +1,12 @@
 """Wide ResNet builder: a :class:`WResNetConfig` -> the MXNet forward Symbol ending in SoftmaxOutput.
 
-The ImageNet variant of Wide ResNet (Zagoruyko & Komodakis, 2016), as in torchvision's
-``wide_resnet50_2``: bottleneck units whose *inner* width (the 1x1 reduce conv and the 3x3 conv) is
-multiplied by the widening factor, while each unit's output width stays ``4 * base * 2**stage``
-(256, 512, 1024, 2048 for base 64) and the stem is the plain ResNet stem. Widening factor 1 is ResNet-50/101/152.
+The ImageNet bottleneck ResNet (He et al., 2016) widened as in the Tofu paper (EuroSys 2019, section 7):
+the widening factor multiplies the channels of *every* convolution, input and output. With base width ``b``
+and factor ``k``, the stem convolution has ``b*k`` filters, and in stage ``s`` (from 0) the 1x1 reduce and
+the 3x3 convolutions have ``b*2**s*k`` filters, the 1x1 expand convolution and the projection shortcut
+``4*b*2**s*k``, so the final FullyConnected reads ``32*b*k`` features. The parameter count grows as ``k**2``.
+Widening factor 1 is ResNet-50/101/152. (This is not torchvision's ``wide_resnet50_2``, which widens only the
+bottleneck's inner width.)
 
 Layout is NCHW. Every op is named ``stage{s}_unit{u}_{role}`` (stages and units counted from 1), ``stem_*``
 or ``head_*``, and carries the attribute ``__tofu_layer__`` (``'stem'``, ``'stage2_unit3'``, ``'head'``)
@@ -29,9 +32,9 @@ class WResNetConfig:
 
     Attributes:
         units: bottleneck units in each stage; stage ``s`` (from 0) has inner width ``base * 2**s * widen``
-            and output width ``4 * base * 2**s``.
-        widen: widening factor of the bottlenecks' inner convolutions.
-        base: stem filters and stage-0 reduce width (64 for ImageNet).
+            and output width ``4 * base * 2**s * widen``.
+        widen: widening factor of every convolution's channels (the stem's too).
+        base: stem filters and stage-0 reduce width before widening (64 for ImageNet).
         num_classes: outputs of the final FullyConnected layer.
         image: input (channels, height, width).
     """
@@ -52,8 +55,9 @@ class WResNetConfig:
         return cls(units=STAGE_UNITS[depth], widen=widen)
 
 
-TINY = WResNetConfig(units=(1, 1, 1, 1), widen=2, base=8, num_classes=10, image=(3, 32, 32))
-"""``wresnet-tiny``: the same network shape, small enough to train on a CPU in seconds."""
+TINY = WResNetConfig(units=(1, 1, 1, 1), widen=2, base=4, num_classes=10, image=(3, 32, 32))
+"""``wresnet-tiny``: the same network shape at widening factor 2 of base 4 (stem 8 filters, stage outputs
+32/64/128/256, inner widths 8/16/32/64), small enough to train on a CPU in seconds."""
 
 
 def _conv_bn(x: mx.sym.Symbol, prefix: str, suffix: str, filters: int, kernel: int, stride: int,
@@ -94,12 +98,12 @@ def wresnet_symbol(config: WResNetConfig) -> mx.sym.Symbol:
     with mx.name.NameManager():  # any name left to MXNet is then independent of earlier builds
         x = mx.sym.var("data")
         with mx.AttrScope(__tofu_layer__="stem"):
-            x = _conv_bn(x, "stem", "", config.base, 7, 2, relu=True)
+            x = _conv_bn(x, "stem", "", config.base * config.widen, 7, 2, relu=True)
             x = mx.sym.Pooling(x, kernel=(3, 3), stride=(2, 2), pad=(1, 1), pool_type="max", name="stem_pool")
-        channels = config.base
+        channels = config.base * config.widen
         for s, units in enumerate(config.units):
             inner = config.base * 2 ** s * config.widen
-            out = 4 * config.base * 2 ** s
+            out = 4 * inner
             for u in range(units):
                 stride = 2 if s > 0 and u == 0 else 1
                 layer = f"stage{s + 1}_unit{u + 1}"

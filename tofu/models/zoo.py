@@ -2,10 +2,11 @@
 
 Names are parsed, not listed:
 
-- ``wresnet-{depth}-{widen}``: Wide ResNet on ImageNet, depth 50, 101 or 152, widening factor 4, 6, 8 or 10
-  (the paper's grid) or 1, 2 (ResNet and WRN-x-2, for checks);
+- ``wresnet-{depth}-{widen}``: Wide ResNet on ImageNet widened as in the paper (every convolution's channels),
+  depth 50, 101 or 152, widening factor 4, 6, 8 or 10 (the paper's grid) or 1, 2 (1 is ResNet, for checks);
 - ``rnn-{layers}-{hidden}``: stacked-LSTM language model, hidden written ``4k`` (4096), ``6k``, ``8k`` or as a
-  plain integer (``rnn-2-64``);
+  plain integer (``rnn-2-64``); the paper's 21 configurations (:data:`PAPER_MODELS`) and ``rnn-4-8k``, which its
+  partition-algorithm comparison uses (:data:`PAPER_EXTRA_MODELS`), are named models;
 - ``gpt-{124m,350m,774m,1.5b,2.7b,6.7b}``: GPT-2 / GPT-3 decoders (:mod:`tofu.models.transformer`), sequence
   1024 and vocabulary 50304 unless the options say otherwise;
 - ``wresnet-tiny``, ``rnn-tiny``, ``gpt-tiny``, ``mlp``: small fixed models for tests and CPU runs (only their
@@ -39,11 +40,14 @@ RNN_PAPER_HIDDEN = ("4k", "6k", "8k")
 
 DEFAULT_BATCH: dict[str, int] = {"wresnet": 32, "rnn": 128, "gpt": 8, "mlp": 16, "wresnet-tiny": 4, "rnn-tiny": 4,
                                   "gpt-tiny": 4}
-"""Batch used when ``ModelOptions.batch`` is None, by family (or by name for the tiny models)."""
+"""Batch used when ``ModelOptions.batch`` is None, by family (or by name for the tiny models). Smaller than the
+paper's Ideal batches (:data:`tofu.models.paper.IDEAL_BATCH`: 128 and 512), which callers pass explicitly."""
 
 PAPER_MODELS: tuple[str, ...] = (
     tuple(f"wresnet-{d}-{w}" for d in WRESNET_DEPTHS for w in WRESNET_PAPER_WIDENS)
     + tuple(f"rnn-{n}-{h}" for n in RNN_PAPER_LAYERS for h in RNN_PAPER_HIDDEN))
+PAPER_EXTRA_MODELS: tuple[str, ...] = ("rnn-4-8k",)
+"""Models the paper uses outside its 21 configurations: RNN-4-8K of its partition-algorithm comparison."""
 SMALL_MODELS: tuple[str, ...] = ("wresnet-tiny", "rnn-tiny", "mlp")
 GPT_MODELS: tuple[str, ...] = tuple(transformer.CONFIGS)
 
@@ -101,8 +105,8 @@ class Model:
 
 
 def model_names() -> tuple[str, ...]:
-    """Every named model: the 21 paper configurations, the GPTs, then the small ones."""
-    return PAPER_MODELS + GPT_MODELS + SMALL_MODELS + ("gpt-tiny",)
+    """Every named model: the 21 paper configurations, ``rnn-4-8k``, the GPTs, then the small ones."""
+    return PAPER_MODELS + PAPER_EXTRA_MODELS + GPT_MODELS + SMALL_MODELS + ("gpt-tiny",)
 
 
 def build_model(name: str, options: ModelOptions = ModelOptions()) -> Model:
