@@ -5,6 +5,7 @@ is recomputed from the parameter shapes MXNet infers for the built symbols (not 
 """
 import math
 import os
+from pathlib import Path
 
 for _key, _value in (("MXNET_SUBGRAPH_BACKEND", "NONE"), ("MXNET_SUBGRAPH_VERBOSE", "0"), ("OMP_NUM_THREADS", "1")):
     os.environ.setdefault(_key, _value)
@@ -86,3 +87,11 @@ def test_rnn_hidden_sizes_are_binary(h):
     decimal = int(h[0]) * 1000
     for unit in (GIB, 1e9):
         assert abs(12 * 8 * decimal**2 / unit / per_layer - 1) > 0.02
+
+
+def test_models_doc_is_generated_from_the_current_zoo():
+    """docs/models.md lists each model's parameter count as the symbol has it (regenerate with ``make docs``)."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "models.md").read_text()
+    for name in [*PAPER_MODELS, "rnn-4-8k"]:
+        count = sum(math.prod(s) for s in param_shapes(name).values())
+        assert f"| `{name}` | {count:,} |" in doc, name
