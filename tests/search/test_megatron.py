@@ -15,14 +15,18 @@ def _block_bytes(b: int, s: int, h: int, k: int) -> int:
     """One block's bytes under Megatron's partition on the cost model, derived in docs/search.md: every
     activation moves forward and its gradient backward (x2), 4-byte floats.
 
-    - q, k and v each fetch the sequence-split LayerNorm output whole: 3 x (k-1) b s h
+    - q, k and v (one op group: parallel projections) fetch the sequence-split LayerNorm output whole, once
+      per worker for the three: (k-1) b s h
     - proj and fc2 reduce-scatter their partial outputs onto the sequence split: 2 x (k-1) b s h
     - fc1 fetches the second LayerNorm's output whole: (k-1) b s h
+
+    The activations' 8 (k-1) b s h are Megatron-LM's own: two all-gathers and two reduce-scatters of b s h
+    forward, their mirrors backward.
     - each LayerNorm reads its gamma and beta (held split) whole: 2 x 2 x (k-1) h
     - proj's and fc2's biases are added by worker 0 only, which fetches them: 2 x (k-1) h / k
     - the causal mask (no gradient, x1), held split, is read whole by every worker: (k-1) s^2
     """
-    grad = 2 * ((3 + 2 + 1) * (k - 1) * b * s * h + 4 * (k - 1) * h + 2 * (k - 1) * h // k)
+    grad = 2 * ((1 + 2 + 1) * (k - 1) * b * s * h + 4 * (k - 1) * h + 2 * (k - 1) * h // k)
     return 4 * (grad + (k - 1) * s * s)
 
 

@@ -9,6 +9,10 @@ Input: a :class:`~tofu.graph.ir.Graph`. Output: :class:`Coarsening`, a group id 
 3. The unrolled timesteps of one RNN layer merge: ops of one layer at the same position of every step (the
    same name but for the step, the same operator, attributes and shapes) form one op group, and their
    inputs and outputs one tensor group per position (step t's input x_t with every other step's).
+4. Parallel projections merge: ops with the same operator, attributes and shapes that read the same
+   activation at the same position, all their other inputs being parameters (attention's q, k and v), form
+   one op group, tied as timesteps are. They split alike, so each worker fetches the activation's piece
+   once for all of them, as the runtime sends it (the cost model charges a tied group's read once).
 """
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from functools import lru_cache
 
 from tofu.analysis.strategies import SplitDim, strategies
 from tofu.errors import TofuError
-from tofu.graph.ir import Graph, Node
+from tofu.graph.ir import Graph, Node, Role
 from tofu.tdl.describe import describe
 
 _STEP = re.compile(r"_t\d+(?=_|$)")
@@ -37,7 +41,7 @@ class Coarsening:
                 "merged_elementwise": sum(1 for g in self.op_group if g < 0)}
 
 
-def coarsen(graph: Graph, elementwise: bool = True, timesteps: bool = True) -> Coarsening:
+def coarsen(graph: Graph, elementwise: bool = True, timesteps: bool = True, siblings: bool = True) -> Coarsening:
     """Groups the graph's tensors and ops (each rule can be switched off, for measuring its effect)."""
     parent = list(range(len(graph.tensors)))
 
@@ -67,8 +71,10 @@ def coarsen(graph: Graph, elementwise: bool = True, timesteps: bool = True) -> C
         key: tuple = (node.id,)
         if timesteps and node.step is not None:
             key = (node.layer, _STEP.sub("_t*", node.name), _signature(graph, node))
+        elif siblings and (shared := _shared_read(graph, node)) is not None:
+            key = ("siblings", shared, _signature(graph, node))
         op_group.append(op_key.setdefault(key, len(op_key)))
-    if timesteps:      # tie each later timestep's inputs and outputs to the first member's
+    if timesteps or siblings:      # tie each later member's inputs and outputs to the first member's
         first_member: dict[int, Node] = {}
         for node in graph.nodes:
             g = op_group[node.id]
@@ -83,6 +89,12 @@ def coarsen(graph: Graph, elementwise: bool = True, timesteps: bool = True) -> C
     roots = sorted({find(t.id) for t in graph.tensors})
     index = {r: i for i, r in enumerate(roots)}
     return Coarsening(tuple(index[find(t.id)] for t in graph.tensors), tuple(op_group), len(roots), len(op_key))
+
+
+def _shared_read(graph: Graph, node: Node) -> tuple[int, int] | None:
+    """(position, tensor) of the one activation ``node`` reads when every other input is a parameter."""
+    activations = [(p, t) for p, t in enumerate(node.inputs) if graph.tensors[t].role is not Role.PARAM]
+    return activations[0] if len(activations) == 1 and len(node.inputs) > 1 else None
 
 
 def _signature(graph: Graph, node: Node) -> tuple:
