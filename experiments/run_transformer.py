@@ -4,7 +4,8 @@
 
 One CSV row per (model, batch, workers, algorithm) in results/transformer/<tag>.csv, written as soon as it
 finishes, with a JSON sidecar: communication per iteration, per-device memory and search time (cold caches)
-on the same cost model for every algorithm. An algorithm that cannot plan a case (``megatron`` where k does
+on the same cost model for every algorithm, and for ``--shared`` algorithms the bytes the runtime sends (each
+piece once per device; the cost model charges every op that reads it), counted by tests/oracle.py. An algorithm that cannot plan a case (``megatron`` where k does
 not divide the heads) is recorded with status "error" and its one-line reason. ``--quick``: gpt-tiny only.
 """
 from __future__ import annotations
@@ -17,24 +18,29 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from experiments.common import RowWriter, write_sidecar  # noqa: E402
+from tests.oracle import count  # noqa: E402
 from tofu.api import clear_caches, load_graph  # noqa: E402
 from tofu.errors import TofuError  # noqa: E402
 from tofu.models import GPT_MODELS, ModelOptions  # noqa: E402
 from tofu.search.algorithms import ALGORITHMS, plan_graph  # noqa: E402
 
-COLUMNS = ("model", "batch", "workers", "algo", "status", "search_seconds", "comm_bytes", "step_bytes",
+COLUMNS = ("model", "batch", "workers", "algo", "status", "search_seconds", "comm_bytes", "shared_bytes", "step_bytes",
            "per_device_total_bytes", "per_device_fetched_bytes", "message")
 ALGOS = tuple(a for a in ALGORITHMS if a != "ilp")
 
 
-def run_one(graph, workers: int, algo: str) -> dict:
+def run_one(graph, workers: int, algo: str, shared: bool) -> dict:
     clear_caches()
     try:
         plan = plan_graph(graph, workers, algo)
     except TofuError as e:
         return {"status": "error", "message": str(e)[:200]}
     mem = dict(plan.per_device_bytes)
+    # what the runtime sends: each needed piece once per device, however many of its ops read it (the cost
+    # model charges every consumer); counted by the independent byte oracle of the test suite
+    sent = f"{count(graph, plan).shared:.0f}" if shared else ""
     return {"status": "ok", "search_seconds": f"{plan.search_seconds:.4f}", "comm_bytes": f"{plan.comm_bytes:.0f}",
+            "shared_bytes": sent,
             "step_bytes": " ".join(f"{s.cost_bytes:.0f}" for s in plan.steps),
             "per_device_total_bytes": mem["total"], "per_device_fetched_bytes": mem.get("fetched", 0)}
 
@@ -47,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--algos", default="all", help=f"'all' (without ilp) or comma-separated of {', '.join(ALGOS)}")
     p.add_argument("--tag", default="latest")
     p.add_argument("--out-dir", type=Path, default=Path("results/transformer"))
+    p.add_argument("--shared", default="tofu,megatron",
+                   help="algorithms whose bytes sent once per device are counted too ('' for none; slower)")
     p.add_argument("--quick", action="store_true", help="gpt-tiny at batch 4 only")
     args = p.parse_args(argv)
     models = GPT_MODELS if args.models == "gpt" else tuple(args.models.split(","))
@@ -71,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
             for k in workers:
                 for algo in algos:
                     t0 = time.perf_counter()
-                    row = {"model": model, "batch": batch, "workers": k, "algo": algo, **run_one(graph, k, algo)}
+                    row = {"model": model, "batch": batch, "workers": k, "algo": algo,
+                           **run_one(graph, k, algo, algo in args.shared.split(","))}
                     writer.write(row)
                     print(f"{model:<9} b={batch:<3} k={k} {algo:<14} {row['status']:<6} "
                           f"{float(row.get('comm_bytes') or 0) / 1e9:9.3f} GB  ({time.perf_counter() - t0:.1f} s)",

@@ -49,6 +49,15 @@ def main(argv: list[str] | None = None) -> int:
     if ratios:
         print(f"\nTofu over Megatron-LM: min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, max "
               f"{max(ratios):.2f} over {len(ratios)} cases; Tofu moves more in {sum(x > 1 + 1e-9 for x in ratios)}")
+    sent = [(case, by[(*case, "tofu")], by[(*case, "megatron")]) for case in cases
+            if all(by.get((*case, a), {}).get("shared_bytes") for a in ("tofu", "megatron"))]
+    if sent:
+        print("\nBytes sent once per device (GB; what the runtime sends), Tofu's and Megatron-LM's plans:\n")
+        print("| model | batch | k | tofu | megatron | tofu / megatron |")
+        print("|---|---|---|---|---|---|")
+        for case, t, m in sent:
+            a, b = float(t["shared_bytes"]), float(m["shared_bytes"])
+            print(f"| {case[0]} | {case[1]} | {case[2]} | {a / 1e9:.2f} | {b / 1e9:.2f} | {a / b:.2f} |")
     return 0
 
 
