@@ -75,12 +75,13 @@ def test_the_issue_example_fc2_reading_relu1():
 
 def test_data_parallel_keeps_whole_weights_per_device():
     """wresnet-152-10 at 8 workers: data parallelism holds each weight split but fetches it whole on every
-    device for the forward pass and keeps it for the backward pass (10.5 GiB per device), Tofu's plan
-    about 1.5 GiB: their per-device memory differs by that (and by their largest transient buffers)."""
+    device for the forward pass and keeps it for the backward pass (19.0 GiB per device of the paper's
+    widened model), Tofu's plan 3.9 GiB: their per-device memory differs by that (and by their largest
+    transient buffers)."""
     graph = load_graph("wresnet-152-10")
     tofu, dp = (dict(load_plan(graph, 8, a).per_device_bytes) for a in ("tofu", "data-parallel"))
     params = sum(t.nbytes for t in graph.tensors if t.role.name == "PARAM")
     assert dp["fetched"] == pytest.approx(params * 7 / 8, rel=0.01)      # every weight but its own slice
-    assert tofu["fetched"] < dp["fetched"] / 5
+    assert tofu["fetched"] < dp["fetched"] / 4
     extra = {name: m["fetched"] + m["transient"] for name, m in (("tofu", tofu), ("dp", dp))}
     assert dp["total"] - tofu["total"] == extra["dp"] - extra["tofu"]      # the steady shards are the same
