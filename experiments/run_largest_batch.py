@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -41,18 +42,30 @@ def try_batch(model: str, batch: int, workers: int, algo: str) -> dict:
             "search_seconds": f"{plan.search_seconds:.3f}"}
 
 
-def largest_batch(model: str, workers: int, algo: str, device_bytes: int, start: int, writer: RowWriter) -> int | None:
-    """Halves the batch from ``start`` until the plan's per-device memory fits; None if batch 1 does not."""
+def probe_batches(model: str, workers: int, algo: str, device_bytes: int, start: int) -> Iterator[dict]:
+    """Rows for ``start``, ``start // 2``, ... down to the first batch whose plan fits ``device_bytes`` (or 1)."""
     batch = start
     while batch >= 1:
         row = {"model": model, "workers": workers, "algo": algo, "batch": batch, "device_bytes": device_bytes,
                **try_batch(model, batch, workers, algo)}
         row["fits"] = row["status"] == "ok" and row["per_device_total_bytes"] <= device_bytes
-        writer.write(row)
+        yield row
         if row["fits"]:
-            return batch
+            return
         batch //= 2
-    return None
+
+
+def ideal_batch(model: str) -> int:
+    """The paper's Ideal batch of the model's family, 16 for the families it does not train."""
+    return IDEAL_BATCH.get(build_model(model, ModelOptions(batch=1)).family, 16)
+
+
+def largest_batch(model: str, workers: int = 8, algo: str = "tofu", device_bytes: int = 12 * 2**30) -> int | None:
+    """The largest power of two up to the Ideal batch whose plan fits each device; None if batch 1 does not."""
+    last = None
+    for last in probe_batches(model, workers, algo, device_bytes, ideal_batch(model)):
+        pass
+    return last["batch"] if last and last["fits"] else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -76,12 +89,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for model in models:
             try:
-                family = build_model(model, ModelOptions(batch=1)).family
+                start = ideal_batch(model)
             except TofuError as e:
                 print(f"{model}: {e}", file=sys.stderr)
                 return 2
-            start = IDEAL_BATCH.get(family, 16)
-            best = largest_batch(model, workers, args.algo, device_bytes, start, writer)
+            best = None
+            for row in probe_batches(model, workers, args.algo, device_bytes, start):
+                writer.write(row)
+                best = row["batch"] if row["fits"] else None
             print(f"{model}: largest batch {best if best is not None else '-'} "
                   f"(from {start}, {workers} x {device_bytes / 2**30:g} GiB, {args.algo})", flush=True)
     finally:

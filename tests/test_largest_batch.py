@@ -8,6 +8,8 @@ import os
 for _key, _value in (("MXNET_SUBGRAPH_BACKEND", "NONE"), ("OMP_NUM_THREADS", "1")):
     os.environ.setdefault(_key, _value)
 
+import pytest  # noqa: E402
+
 from experiments import run_largest_batch  # noqa: E402
 from tofu.api import load_graph  # noqa: E402
 from tofu.graph.memory import estimate_training_memory  # noqa: E402
@@ -32,3 +34,12 @@ def test_quick_run_halves_until_the_plan_fits(tmp_path, capsys):
     sidecar = json.loads((tmp_path / "smoke.json").read_text())
     assert sidecar["args"]["quick"] is True and sidecar["device_bytes"] == 2**20
     assert "wresnet-tiny: largest batch" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("model,batch", [("wresnet-152-10", 8), ("rnn-10-8k", 128)])
+def test_paper_batches_are_the_largest_that_fit_8_devices(model, batch):
+    """The paper trains these at 8 and 128 on 8 x 12 GB; Tofu's plan fits that batch and not twice it."""
+    def fits(b):
+        return run_largest_batch.try_batch(model, b, 8, "tofu")["per_device_total_bytes"] <= 12 * 2**30
+
+    assert fits(batch) and not fits(2 * batch)

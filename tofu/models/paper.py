@@ -22,3 +22,10 @@ IDEAL_BATCH: dict[str, int] = {"wresnet": 128, "rnn": 512}
 
 PARTITION_COMPARISON_BATCH: dict[str, int] = {"wresnet-152-10": 8, "rnn-4-8k": 512}
 """Models and batches of the paper's comparison of partition algorithms on 8 GPUs."""
+
+TOFU_BATCHES: dict[str, tuple[int, ...]] = {
+    "wresnet-152-10": (8,), "wresnet-50-4": (128,), "rnn-10-8k": (128,),
+    **{f"rnn-{n}-{h}": (256, 512) for n in (6, 8, 10) for h in ("4k", "6k", "8k") if (n, h) != (10, "8k")},
+}
+"""The batches the paper names for Tofu on 8 GPUs (the largest that fits), where it names them: WResNet's range
+ends at 8 (WResNet-152-10) and 128 (WResNet-50-4); RNN-10-8K trains at 128, every other RNN at 256 or 512."""
