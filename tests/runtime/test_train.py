@@ -37,10 +37,12 @@ def _run(model, k, algo, steps=10, batch=None):
 
 
 # ReLU and max pooling: over ten steps, float32 rounding may carry one activation across a kink in one run and
-# not the other; the trajectories then part by up to ~1e-3 (measured: wresnet-tiny at k = 6 agrees to 1e-7 for
-# two steps, then jumps to 6e-5 at the third). Models with such kinks get this looser bound after ten steps;
-# wrong partitioning shows up as errors of order one (the bugs these tests found were 0.2 to 0.9).
-KINKED = {"wresnet-tiny": 1e-2}
+# not the other; the trajectories then part by up to ~1e-2 (measured: wresnet-tiny at k = 6 agrees to 1e-7 for
+# two steps, then jumps to 6e-5 at the third; the paper-convention wresnet-tiny, every convolution widened,
+# under spartan at k = 2: 1e-6 at the first step, 1.3e-3 at the third, 1.3e-2 in the loss at the tenth). Models
+# with such kinks get this looser bound after ten steps; wrong partitioning shows up as errors of order one (the
+# bugs these tests found were 0.2 to 0.9), and the first step is held to 1e-4 for every model.
+KINKED = {"wresnet-tiny": 3e-2}
 
 
 def _assert_equal_to_one_device(report):
