@@ -16,7 +16,10 @@ after steps 1..j-1 (its own view: border workers of a halo split differ from the
 A step whose strategy exchanges statistics (BatchNorm on a batch split) is run by the op's expansion: the
 worker then runs the expansion on its final pieces, the statistics combined over the workers that differ
 from it only at such steps. An op computed whole at step j (the fallback ``var*``, or a kernel that crops)
-stops there: every worker of the group computes the view's whole output, later steps do not narrow it.
+stops there: every worker of the group computes the view's whole output, later steps do not narrow it. A
+kernel that computes more than the worker's part (``ShardCall.keep``: a halo split run on the region with its
+halo, a reshape of a longer piece) stops there too, keeping its part (``WorkerCall.keep``); a kernel whose
+output is the partial of a mean times a factor (``ShardCall.scale``) multiplies the worker's ``scale``.
 Boxes may extend past a tensor's ends: those elements are the access's fill value (a convolution's padding).
 """
 from __future__ import annotations
@@ -109,6 +112,11 @@ class WorkerCall:
     inputs: tuple[InputPiece, ...]      # in the kernel's argument order
     outputs: tuple[OutputPiece, ...]    # one per output of the op
     exchange_steps: tuple[int, ...] = ()   # steps run by the expansion (statistics combined across them)
+    # the kernel computes more than the worker's part (a halo split computed on the region with its halo, a
+    # reshape of a longer piece): per output, the box of the kernel's output that is kept ([lo, hi) relative to
+    # the kernel's output); None: the kernel's output is the worker's part
+    keep: tuple[Box, ...] | None = None
+    scale: float = 1.0                  # the kernel's outputs times this (the partial of a mean)
 
     @property
     def expansion(self) -> bool:
@@ -162,6 +170,8 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
     reducer: list[str | None] = [None] * n_out
     exchanges: list[int] = []
     fills: dict[int, float] = {}
+    keep: tuple[Box, ...] | None = None
+    scale = 1.0
     unread: set[int] = set()
     for j, (choice, f, c) in enumerate(zip(choices, factors, coordinates(w, factors))):
         if choice.kind is ChoiceKind.FOLLOW:
@@ -211,10 +221,15 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
             start = tuple(o + lo - (pad[0] if call.padded else 0) for o, (lo, _), pad in zip(origin, r.bounds, r.pad))
             new_ins.append((p, start, _narrow(window, origin, r.bounds), zeroed or i in call.zeroed))
         ins = new_ins
+        scale *= call.scale
         if call.crop:
             view = NodeView(view.op, call.attrs, call.input_shapes(), view.out_shapes,
                             tuple(view.inputs[i] for i in call.inputs), view.outputs)
             break
+        if call.keep is not None:
+            # the kernel computes more than the worker's part: it keeps its part, and later steps do not
+            # narrow the call (as a crop): every worker of the group runs it
+            keep = tuple(_box(tuple(lo for lo, _ in r.bounds), r.shape) for r in call.keep)
         for o, placement in enumerate(s.outputs):
             if isinstance(placement, SplitDim):
                 lo = s.output_regions[c][o].bounds[placement.dim][0]
@@ -227,6 +242,8 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
                 reducer[o] = placement.reducer
         view = NodeView(view.op, call.attrs, call.input_shapes(), tuple(r.shape for r in s.output_regions[c]),
                         tuple(view.inputs[i] for i in call.inputs), view.outputs)
+        if keep is not None:
+            break
     pieces = []
     for (p, origin, window, zeroed), shape in zip(ins, view.in_shapes):
         box = _box(origin, shape)
@@ -234,7 +251,7 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
         pieces.append(InputPiece(p, box, data, fills.get(p, 0.0), zeroed, p not in unread))
     outs = tuple(OutputPiece(_box(origin, shape), tuple(partial[o]), reducer[o])
                  for o, (origin, shape) in enumerate(zip(out_origin, view.out_shapes)))
-    return WorkerCall(w, view.attrs, tuple(pieces), outs, tuple(exchanges))
+    return WorkerCall(w, view.attrs, tuple(pieces), outs, tuple(exchanges), keep, scale)
 
 
 def _follow(view: NodeView, ins, out_origin, d: int | None, f: int, c: int):

@@ -72,25 +72,55 @@ def kernel_mismatch(full: OpDescription, shard: OpDescription, strategy: Partiti
         inputs: for each shard input, the full input it is a piece of.
         padded: the pieces include their halos.
     """
+    reason, scale = kernel_scale(full, shard, strategy, worker, inputs, padded)
+    return reason if reason is not None or scale == 1.0 else f"the shard's output must be scaled by {scale}"
+
+
+def kernel_scale(full: OpDescription, shard: OpDescription, strategy: PartitionStrategy, worker: int,
+                 inputs: tuple[int, ...], padded: bool, keep: tuple[int | None, ...] | None = None
+                 ) -> tuple[str | None, float]:
+    """As :func:`kernel_mismatch`, but a partition-n-reduce whose output is its reduction divided (or multiplied)
+    by a constant that differs on the shard (a mean divides by the shard's count) is accepted with the factor
+    that turns the shard's output into the worker's partial: ``(None, c_shard / c_full)`` for ``R / c``.
+
+    With ``keep`` (per output, where the worker's part starts along the split dimension in a kernel output that
+    is longer than it), only that part is compared: the kernel's other outputs are dropped.
+
+    Returns:
+        (None, scale) when the call, its output times ``scale``, is the worker's part; else (reason, 1.0).
+    """
     if len(shard.outputs) < len(full.outputs):
-        return "the kernel has fewer outputs"
+        return "the kernel has fewer outputs", 1.0
+    scale = 1.0
+    bodies = [(so.body, fo.body) for fo, so in zip(full.outputs, shard.outputs)]
+    if strategy.kind == "reduce" and len(bodies) == 1:
+        sb, fb = bodies[0]
+        if isinstance(sb, Binary) and isinstance(fb, Binary) and sb.fn == fb.fn and fb.fn in ("div", "mul") \
+                and isinstance(fb.lhs, Reduce) and isinstance(sb.rhs, Const) and isinstance(fb.rhs, Const) \
+                and sb.rhs.value != fb.rhs.value and fb.rhs.value != 0 and sb.rhs.value != 0:
+            # the partial of R / c is (R_w / c_shard) * (c_shard / c_full): the reduction alone is compared
+            scale = sb.rhs.value / fb.rhs.value if fb.fn == "div" else fb.rhs.value / sb.rhs.value
+            bodies = [(sb.lhs, fb.lhs)]
     checker = _Checker(full, shard, strategy, worker, inputs, padded)
     try:
-        for o, (fo, so) in enumerate(zip(full.outputs, shard.outputs)):
+        for o, ((sbody, fbody), fo, so) in enumerate(zip(bodies, full.outputs, shard.outputs)):
             placement = strategy.outputs[o]
             box = strategy.output_regions[worker][o]
             sub_s: dict[Var, IndexExpr] = {}
             sub_f: dict[Var, IndexExpr] = {}
             env_s: dict[Var, Interval] = {}
             for d, (vs, vf) in enumerate(zip(so.vars, fo.vars)):
-                offset = box.bounds[d][0] if isinstance(placement, SplitDim) else 0
-                sub_s[vs], sub_f[vf] = _correspond(vs, vf, offset, so.shape[d])
-                env_s[vs] = Interval.const(0, so.shape[d] - 1)
-                checker.ranges[vf] = Interval.const(offset, offset + so.shape[d] - 1)
-            checker.value(so.body, fo.body, sub_s, sub_f, env_s)
+                split = isinstance(placement, SplitDim) and d == placement.dim
+                start = keep[o] if keep is not None and split and keep[o] is not None else 0
+                lo = box.bounds[d][0] if isinstance(placement, SplitDim) else 0
+                n = box.shape[d] if start or keep is not None and split else so.shape[d]
+                sub_s[vs], sub_f[vf] = _correspond(vs, vf, lo - start, so.shape[d])
+                env_s[vs] = Interval.const(start, start + n - 1)
+                checker.ranges[vf] = Interval.const(lo, lo + n - 1)
+            checker.value(sbody, fbody, sub_s, sub_f, env_s)
     except _Mismatch as e:
-        return str(e)
-    return None
+        return str(e), 1.0
+    return None, scale
 
 
 class _Checker:

@@ -24,18 +24,21 @@ the strategy tests then check the numbers against MXNet's unpartitioned kernel.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from tofu.analysis.equivalence import kernel_mismatch
-from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, Replicate
+from tofu.analysis.equivalence import kernel_scale
+from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, Replicate, SplitDim
 from tofu.errors import AnalysisError, TofuError
 from tofu.graph.attrs import Attrs, AttrValue
 from tofu.graph.single_op import infer_op_shapes
 from tofu.tdl.describe import OpDescription, describe
+from tofu.tdl.expr import Access
 
 Shape = tuple[int, ...]
 
@@ -54,6 +57,10 @@ class ShardCall:
     zeroed: tuple[int, ...]
     attrs: Attrs
     crop: bool = False            # the kernel computes the whole output; keep this worker's box
+    scale: float = 1.0            # the kernel's output times this is the worker's part (a partial of a mean)
+    # the kernel computes more than the worker's part along the split (a window cut by the piece's edge, a
+    # reshape of a longer piece): per output, the box of the kernel's output that is the worker's part
+    keep: tuple[Region, ...] | None = None
 
     def input_shapes(self) -> tuple[Shape, ...]:
         return tuple(r.padded_shape if self.padded else r.shape for r in self.regions)
@@ -93,7 +100,9 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
         used = tuple(regions[i] if regions[i] is not None else whole[i] for i in present)
         shapes = tuple(r.padded_shape if padded else r.shape for r in used)
         pairs = [(strategy.input_shapes[i], s) for i, s in zip(present, shapes)]
-        tried = (attrs,) if crop else _candidates(attrs, target, full_out, len(regions), len(present), padded, pairs)
+        share = (strategy.split_extent, strategy.split_extent // strategy.k) if strategy.kind == "reduce" else None
+        tried = (attrs,) if crop else _candidates(attrs, target, full_out, len(regions), len(present), padded, pairs,
+                                                  share)
         if prefer is not None and not crop:     # another worker's rewrite usually fits this one too
             tried = itertools.chain((prefer,), tried)
         for candidate in tried:
@@ -106,12 +115,91 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
             if tuple(got[:len(target)]) != target:
                 continue
             call = ShardCall(present, used, padded, zeroed, candidate, crop)
-            reason = _verify(op, attrs, full, strategy, worker, call, got)
+            reason, scale = _verify(op, attrs, full, strategy, worker, call, got)
             if reason is None:
-                return call
+                return call if scale == 1.0 else dataclasses.replace(call, scale=scale)
             rejected.append(reason)
+    if strategy.kind == "output":
+        for padded in ((True, False) if has_halo else (False,)):
+            for present in layouts:
+                call = _kept_call(op, attrs, full, strategy, worker, present, padded, zeroed, whole, rejected)
+                if call is not None:
+                    return call
     why = f": {rejected[0]}" if rejected else ": no attributes give the shard's shapes"
     raise AnalysisError(f"MXNet's kernel cannot run worker {worker}'s shard of {strategy}{why}")
+
+
+_MAX_STARTS = 64       # positions tried for the worker's part inside a larger kernel output
+
+
+def _kept_call(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionStrategy, worker: int,
+               present: tuple[int, ...], padded: bool, zeroed: tuple[int, ...], whole, rejected: list[str]
+               ) -> ShardCall | None:
+    """The kernel on the worker's input regions (halos included) computing *more* than the worker's part
+    along the split dimension; the worker keeps its part (``keep``). The output dimension the strategy splits
+    may be longer than the worker's share, every other dimension must be the worker's. Where in the kernel's
+    output the worker's part starts is found by the proof: each start (at most ``_MAX_STARTS``) is tried, and
+    only the kept part must equal the full operator's (the rest, a window cut by the piece's edge, is dropped).
+    """
+    regions = strategy.input_regions[worker]
+    used = tuple(regions[i] if regions[i] is not None else whole[i] for i in present)
+    shapes = tuple(r.padded_shape if padded else r.shape for r in used)
+    wanted = tuple(r.shape for r in strategy.output_regions[worker])
+    full_out = tuple(_full_output_shapes(strategy))
+    pairs = [(strategy.input_shapes[i], sh) for i, sh in zip(present, shapes)]
+    dims = [p.dim if isinstance(p, SplitDim) else None for p in strategy.outputs]
+    guesses = [wanted]
+    for sh in shapes:       # an output as large as the piece (a reshape of it): the split extent follows the size
+        size = math.prod(sh)
+        guess = []
+        for w, d in zip(wanted, dims):
+            rest = math.prod(n for i, n in enumerate(w) if i != d)
+            guess.append(w if d is None or rest == 0 or size % rest else
+                         tuple(size // rest if i == d else n for i, n in enumerate(w)))
+        if tuple(guess) not in guesses:
+            guesses.append(tuple(guess))
+    seen: set = set()
+    tried = itertools.chain(((attrs, wanted),), *(((c, g) for c in _candidates(attrs, g, full_out, len(regions),
+                                                                               len(present), padded, pairs))
+                                                  for g in guesses))
+    for candidate, guess in tried:
+        if candidate in seen:
+            continue
+        seen.add(candidate)
+        if candidate != attrs and not _describable(op, candidate, shapes, guess):
+            continue
+        try:
+            got = tuple(tuple(g) for g in infer_op_shapes(op, candidate, shapes))[:len(wanted)]
+        except TofuError:
+            continue
+        if len(got) < len(wanted) or got == wanted:
+            continue
+        spare = None
+        for g, w, d in zip(got, wanted, dims):
+            if len(g) != len(w) or any(a != b for i, (a, b) in enumerate(zip(g, w)) if i != d):
+                spare = None
+                break
+            extra = 0 if d is None else g[d] - w[d]
+            if extra < 0 or (spare is not None and extra != spare):
+                spare = None
+                break
+            spare = extra
+        if not spare or _permutes(full) and math.prod(shapes[0]) != math.prod(got[0]):
+            continue
+        try:
+            shard = describe(op, candidate, shapes, got)
+        except TofuError:
+            continue
+        for start in range(min(spare, _MAX_STARTS - 1) + 1):
+            keep = tuple(Region(tuple((start, start + n - 1) if i == d else (0, n - 1) for i, n in enumerate(w)),
+                                tuple((0, 0) for _ in w)) for w, d in zip(wanted, dims))
+            reason, scale = kernel_scale(full, shard, strategy, worker, present, padded,
+                                         keep=tuple(start if d is not None else None for d in dims))
+            if reason is None and scale == 1.0:
+                return ShardCall(present, used, padded, zeroed, candidate, keep=keep)
+            if reason is not None and not rejected:
+                rejected.append(reason)
+    return None
 
 
 def _describable(op: str, candidate: Attrs, input_shapes: Sequence[Shape], output_shapes: Sequence[Shape]) -> bool:
@@ -129,35 +217,53 @@ def _describable(op: str, candidate: Attrs, input_shapes: Sequence[Shape], outpu
 
 
 def _verify(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionStrategy, worker: int, call: ShardCall,
-            out_shapes) -> str | None:
-    """None when the kernel provably computes the worker's part (see :mod:`tofu.analysis.equivalence`)."""
+            out_shapes) -> tuple[str | None, float]:
+    """(None, scale) when the kernel provably computes the worker's part, its output times ``scale``
+    (see :mod:`tofu.analysis.equivalence`); else (the reason, 1.0)."""
     if call.crop:
         whole = all(r.shape == t.shape and r.pad == tuple((0, 0) for _ in r.pad) for r, t in
                     zip(call.regions, (full.inputs[i] for i in call.inputs)))
         ok = whole and call.attrs == attrs and len(call.inputs) == len(full.inputs)
-        return None if ok else "cropping needs the whole inputs and the original attributes"
+        return (None if ok else "cropping needs the whole inputs and the original attributes"), 1.0
+    if _permutes(full) and math.prod(call.input_shapes()[0]) != math.prod(out_shapes[0]):
+        return "the kernel would reorder a different number of elements (MXNet's shape inference allows it)", 1.0
     try:
         shard = describe(op, call.attrs, call.input_shapes(), out_shapes)
     except TofuError as e:
-        return f"the shard's attributes are not describable: {e}"
-    return kernel_mismatch(full, shard, strategy, worker, call.inputs, call.padded)
+        return f"the shard's attributes are not describable: {e}", 1.0
+    return kernel_scale(full, shard, strategy, worker, call.inputs, call.padded)
+
+
+def _permutes(desc: OpDescription) -> bool:
+    """Whether the operator moves every element of its one input to one place of its one output (a reshape,
+    a transpose): the kernel then requires as many elements out as in, a check MXNet's shape inference of
+    Reshape skips (``shape=(2, 6)`` on 16 elements is inferred, and fails when run)."""
+    return (len(desc.inputs) == 1 and len(desc.outputs) == 1 and isinstance(desc.outputs[0].body, Access)
+            and desc.outputs[0].body.tensor is desc.inputs[0]
+            and math.prod(desc.inputs[0].shape) == math.prod(desc.outputs[0].shape))
 
 
 def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Shape], n_inputs: int,
-                n_present: int, padded: bool, inputs: Sequence[tuple[Shape, Shape]] = ()):
-    """Attribute sets to try, fewest changes first. ``inputs``: (full, shard) shape of each input read."""
+                n_present: int, padded: bool, inputs: Sequence[tuple[Shape, Shape]] = (),
+                share: tuple[int, int] | None = None):
+    """Attribute sets to try, fewest changes first. ``inputs``: (full, shard) shape of each input read;
+    ``share``: (extent, worker's share) of a split reduction variable."""
     options: list[list[tuple[str, AttrValue]]] = []
+    shrunk = [(a, b) for fs, ws in [*zip(full_shapes, wanted), *inputs] for a, b in zip(fs, ws) if a != b]
     for name, value in attrs.items():
         alts: list[AttrValue] = []
         if isinstance(value, int) and not isinstance(value, bool):
-            if value == n_inputs:           # an input count (num_args) follows the inputs, nothing else
-                if n_present != n_inputs:
-                    alts.append(n_present)
-            else:
+            if value == n_inputs and n_present != n_inputs:
+                alts.append(n_present)      # an input count (num_args) follows the inputs
+            if value != n_inputs:
                 for fs, ws in zip(full_shapes, wanted):
                     for a, b in zip(fs, ws):
                         if a != b and value == a and b not in alts:
                             alts.append(b)
+            for a, b in shrunk:             # a count of groups of an extent the shard shrinks (num_group)
+                if 1 < value < a and value * b % a == 0 and 0 < value * b // a < value and value * b // a not in alts:
+                    alts.append(value * b // a)
+            if value != n_inputs:
                 if value != 0:
                     alts.append(0)          # an offset into the sliced input (begin)
         elif isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
@@ -173,6 +279,11 @@ def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Sha
                 n = len(value)
                 if len(fs) >= n and value == tuple(fs[-n:]) and tuple(ws[-n:]) != value and tuple(ws[-n:]) not in alts:
                     alts.append(tuple(ws[-n:]))
+            if share is not None:             # a window as long as the split reduction: the worker's share of it
+                for d, v in enumerate(value):
+                    alt = tuple(share[1] if i == d else u for i, u in enumerate(value))
+                    if v == share[0] and share[1] != v and alt not in alts:
+                        alts.append(alt)
             if any(value) and all(v >= 0 for v in value):
                 alts.append(tuple(0 for _ in value))   # padding the halo now provides, or offsets
         options.append([(name, a) for a in alts])
@@ -209,8 +320,12 @@ def take_region(array: np.ndarray, region: Region, padded: bool, fill: float | N
 def run_shard(call: ShardCall, strategy: PartitionStrategy, worker: int, kernel, inputs: Sequence[np.ndarray]):
     """``kernel(attrs, arrays)`` on one worker's pieces, cropped to the worker's output boxes if needed."""
     outs = kernel(call.attrs, shard_inputs(call, inputs, strategy.fills))
+    if call.scale != 1.0:
+        outs = [o * np.asarray(call.scale, dtype=o.dtype) for o in outs]
     if call.crop:
         outs = [o[r.slices()] for o, r in zip(outs, strategy.output_regions[worker])]
+    if call.keep is not None:
+        outs = [o[r.slices()] for o, r in zip(outs, call.keep)]
     return outs
 
 

@@ -198,7 +198,8 @@ class _Rewriter:
                 with scope(call.worker):
                     sym = fn(*args, name=f"{node.name}@dev{call.worker}", **call.attrs.to_mxnet())
                 n_visible = len(sym.list_outputs())
-                results.append([sym[o] if n_visible > 1 else sym for o in range(n_visible)])
+                results.append(_kept([sym[o] if n_visible > 1 else sym for o in range(n_visible)], call,
+                                     f"{node.name}@dev{call.worker}"))
         for o, t in enumerate(node.outputs):
             if t not in self.consumed:
                 continue
@@ -248,6 +249,25 @@ class _Rewriter:
             for c, out in zip(members, outs):
                 results[c.worker] = list(out)
         return [results[c.worker] for c in calls]
+
+
+def _kept(outputs: list, call, name: str) -> list:
+    """The worker's part of a kernel's outputs: the box ``call.keep`` of each (a kernel that computed more than
+    the part, a halo split run on the region with its halo), times ``call.scale`` (the partial of a mean);
+    built on the worker's device."""
+    if call.keep is None and call.scale == 1.0:
+        return outputs
+    out = []
+    with scope(call.worker):
+        for o, x in enumerate(outputs):
+            if call.keep is not None and o < len(call.keep):
+                box = call.keep[o]
+                x = mx.sym.slice(x, begin=tuple(a for a, _ in box), end=tuple(b for _, b in box),
+                                 name=f"{name}_keep{o}")
+            if call.scale != 1.0:
+                x = mx.sym._internal._mul_scalar(x, scalar=call.scale, name=f"{name}_scale{o}")
+            out.append(x)
+    return out
 
 
 def _one_replica(node: Node, produced: list[Held]) -> list[Held]:

@@ -57,7 +57,8 @@ def contains(outer: Box, inner: Box) -> bool:
     return all(a <= c and d <= b for (a, b), (c, d) in zip(outer, inner))
 
 
-_REDUCE = {"sum": None, "max": "maximum", "min": "minimum", "prod": "multiply"}
+_REDUCE = {"sum": None, "max": "broadcast_maximum", "min": "broadcast_minimum", "prod": "broadcast_mul"}
+# (the element-wise forms that take a name: mx.sym.maximum is a Python helper without one)
 
 
 class Fabric:

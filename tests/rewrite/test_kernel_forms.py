@@ -1,0 +1,123 @@
+"""The ways of running a shard beyond "the kernel on the worker's pieces", through the real partitioned runtime.
+
+A plan that picks, for one op of a small trained network, a strategy that MXNet's kernel runs only
+
+* with its output scaled (a mean split on its reduction: each worker's mean of its share, times share / whole),
+* on more than the worker's part, keeping that part (a reshape of a longer piece, a halo split along
+  channels computed on the region with its halo),
+* with a rewritten group count (a grouped convolution split on its channels, group-aligned),
+* with a shorter window (max pooling split on its window: partial maxima reduced with max),
+
+and at random elsewhere, must give the single-device run's outputs and parameter gradients on k CPU devices.
+"""
+import random
+
+import mxnet as mx
+import numpy as np
+import pytest
+
+from tofu.analysis.compose import compose
+from tofu.analysis.views import NodeView
+from tofu.graph import import_symbol
+from tofu.graph.mxnet_export import export_symbol
+from tofu.rewrite import apply_plan
+from tofu.runtime.data import initial_values, synthetic_batch
+from tofu.runtime.train import Trainer, whole_graph
+from tofu.search.algorithms import to_plan
+from tofu.search.coarsen import coarsen
+from tofu.search.problem import CutSolution
+from tofu.search.recursive import factorize, search
+
+
+def _head(x, batch):
+    x = mx.sym.FullyConnected(mx.sym.Flatten(x), num_hidden=2, name="head")
+    return mx.sym.SoftmaxOutput(x, mx.sym.var("softmax_label"), name="softmax"), batch
+
+
+def _mean():
+    data = mx.sym.var("data")
+    h = mx.sym.FullyConnected(data, num_hidden=8, name="fc")
+    return _head(mx.sym.mean(mx.sym.reshape(h, shape=(4, 2, 4)), axis=2, keepdims=True, name="target"), 4), \
+        {"data": (4, 6)}
+
+
+def _flatten():
+    data = mx.sym.var("data")
+    h = mx.sym.Convolution(data, kernel=(1, 1), num_filter=3, name="conv")
+    return _head(mx.sym.Flatten(h, name="target"), 4), {"data": (4, 2, 2, 2)}
+
+
+def _repeat():
+    data = mx.sym.var("data")
+    h = mx.sym.FullyConnected(data, num_hidden=3, name="fc")
+    return _head(mx.sym.repeat(h, repeats=2, axis=1, name="target"), 4), {"data": (4, 5)}
+
+
+def _grouped_conv():
+    data = mx.sym.var("data")
+    h = mx.sym.Convolution(data, kernel=(3, 3), pad=(1, 1), num_filter=4, num_group=2, no_bias=True, name="target")
+    return _head(mx.sym.Activation(h, act_type="tanh"), 2), {"data": (2, 4, 4, 4)}
+
+
+def _max_pool_window():
+    data = mx.sym.var("data")
+    h = mx.sym.Convolution(data, kernel=(1, 1), num_filter=2, name="conv")
+    return _head(mx.sym.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="max", name="target"), 2), \
+        {"data": (2, 2, 4, 4)}
+
+
+CASES = {  # network, the target op's strategy (split variable)
+    "mean-reduction": (_mean, "k0"),
+    "flatten-inner": (_flatten, "j"),
+    "repeat-axis": (_repeat, "o1"),
+    "grouped-conv-co": (_grouped_conv, "co"),
+    "max-pool-window": (_max_pool_window, "dy"),
+}
+
+
+def _solver(var: str, seed: int):
+    """The target op's strategy named ``var`` wherever offered; everything else at random."""
+    rng = random.Random(seed)
+
+    def solve(problem):
+        x = tuple(rng.randrange(len(t.choices)) for t in problem.tensors)
+        y = []
+        for o in problem.ops:
+            named = [i for i, s in enumerate(o.strategies) if str(s) == var]
+            y.append(named[0] if "target" in o.name and named else rng.randrange(len(o.strategies)))
+        return CutSolution(x, tuple(y), problem.cost(x, tuple(y)))
+    return solve
+
+
+@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_kernel_forms_train_like_one_device(name, k):
+    build, var = CASES[name]
+    (symbol, _), shapes = build()
+    shapes["softmax_label"] = (shapes["data"][0],)
+    graph = import_symbol(symbol, shapes, name)
+    coarse = coarsen(graph)
+    steps = search(graph, factorize(k), _solver(var, k), coarse)
+    plan = to_plan(graph, k, "forced", steps, 0.0, coarse.stats(graph))
+    target = next(n for n in graph.nodes if n.name == "target")
+    first = dict(plan.steps[0].op_choices)["target"]
+    assert first.var == var, f"the plan did not pick {var} for the target: {first}"
+    calls = compose(NodeView.of(graph, target), tuple(dict(s.op_choices)["target"] for s in plan.steps),
+                    tuple(s.factor for s in plan.steps))
+    if name in ("mean-reduction",):
+        assert all(c.scale != 1.0 for c in calls), "a partial mean runs scaled"
+    if name in ("flatten-inner", "repeat-axis"):
+        assert any(c.keep is not None for c in calls), "the kernel computes more than the part and keeps it"
+    if name == "grouped-conv-co":
+        assert all(c.attrs["num_group"] < 2 for c in calls), "a group-aligned split rewrites num_group"
+    values = {**initial_values(graph, 3), **synthetic_batch(graph, 4)}
+    got = Trainer(apply_plan(graph, plan), values)
+    want = Trainer(whole_graph(graph, export_symbol(graph)), values)
+    a, b = got.forward_backward(), want.forward_backward()
+    for out in b:
+        np.testing.assert_allclose(a[out], b[out], rtol=1e-4, atol=1e-5)
+    ga, gb = got.gradients(), want.gradients()
+    scale = max(float(np.abs(g).max()) for g in gb.values()) or 1.0
+    assert set(ga) == set(gb)
+    for p in ga:
+        np.testing.assert_allclose(ga[p], gb[p], rtol=1e-4, atol=1e-4 * scale, err_msg=p)
