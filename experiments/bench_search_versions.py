@@ -1,0 +1,107 @@
+"""Search time of this working tree against an earlier revision, measured side by side.
+
+    python experiments/bench_search_versions.py --against REV [--models wresnet-152-10,rnn-10-8k,gpt-6.7b]
+                                                [--workers 8] [--rounds 3] [--repeats 3] [--tag NAME]
+
+The revision is checked out into a temporary git worktree. Each round runs every model once in each tree
+(alternating, in fresh processes with one burn-in plan), ``--repeats`` cold searches each (every cache
+cleared), so both trees see the same machine load; results/bench_versions/<tag>.csv gets every timing with the
+plan's bytes, and the medians and their ratio are printed. A model the older tree does not know is skipped
+there. Machines here are shared and noisy: read the ratio, not the absolute seconds.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from experiments.common import RowWriter, write_sidecar  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+COLUMNS = ("tree", "model", "workers", "round", "repeat", "status", "search_seconds", "comm_bytes")
+TIMER = r"""
+import json, sys
+from tofu.api import clear_caches, load_graph
+from tofu.search.algorithms import plan_graph
+graph = load_graph(sys.argv[1]); workers, repeats = int(sys.argv[2]), int(sys.argv[3])
+plan_graph(graph, workers, "tofu")
+out = []
+for _ in range(repeats):
+    clear_caches()
+    plan = plan_graph(graph, workers, "tofu")
+    out.append((plan.search_seconds, plan.comm_bytes))
+print(json.dumps(out))
+"""
+
+
+def _time(tree: Path, model: str, workers: int, repeats: int) -> list | str:
+    env = {**os.environ, "PYTHONPATH": str(tree), "MXNET_SUBGRAPH_BACKEND": "NONE", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", TIMER, model, str(workers), str(repeats)], cwd=tree, env=env,
+                          capture_output=True, text=True)
+    if done.returncode:
+        return (done.stderr.strip().splitlines() or ["failed"])[-1][:200]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--against", required=True, help="a git revision of this repository")
+    p.add_argument("--models", default="wresnet-152-10,rnn-10-8k,gpt-6.7b")
+    p.add_argument("--workers", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--tag", default="latest")
+    p.add_argument("--out-dir", type=Path, default=Path("results/bench_versions"))
+    args = p.parse_args(argv)
+    out = args.out_dir / f"{args.tag}.csv"
+    writer = RowWriter(out, COLUMNS)
+    with tempfile.TemporaryDirectory() as tmp:
+        old = Path(tmp) / "old"
+        made = subprocess.run(["git", "worktree", "add", "--detach", str(old), args.against], cwd=ROOT,
+                              capture_output=True, text=True)
+        if made.returncode:
+            print(f"bench_search_versions: cannot check out {args.against}: {made.stderr.strip()}", file=sys.stderr)
+            return 2
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=old, capture_output=True, text=True).stdout.strip()
+        write_sidecar(out, vars(args), against_sha=sha)
+        try:
+            times: dict[tuple[str, str], list[float]] = {}
+            for r in range(args.rounds):
+                for model in args.models.split(","):
+                    for tree, path in (("old", old), ("new", ROOT)):
+                        got = _time(path, model, args.workers, args.repeats)
+                        if isinstance(got, str):
+                            writer.write({"tree": tree, "model": model, "workers": args.workers, "round": r,
+                                          "status": "error"})
+                            print(f"{tree} {model}: {got}", file=sys.stderr)
+                            continue
+                        for i, (seconds, comm) in enumerate(got):
+                            times.setdefault((tree, model), []).append(seconds)
+                            writer.write({"tree": tree, "model": model, "workers": args.workers, "round": r,
+                                          "repeat": i, "status": "ok", "search_seconds": f"{seconds:.4f}",
+                                          "comm_bytes": f"{comm:.0f}"})
+                        print(f"round {r + 1}/{args.rounds} {tree} {model}: "
+                              f"{' '.join(f'{s:.2f}' for s, _ in got)} s", flush=True)
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, capture_output=True)
+    writer.close()
+    for model in args.models.split(","):
+        o, n = times.get(("old", model)), times.get(("new", model))
+        if o and n:
+            print(f"{model}: {args.against} {statistics.median(o):.2f} s, this tree {statistics.median(n):.2f} s "
+                  f"(median of {len(n)}), ratio {statistics.median(n) / statistics.median(o):.2f}")
+        elif n:
+            print(f"{model}: this tree {statistics.median(n):.2f} s (median of {len(n)}); {args.against} cannot plan it")
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
