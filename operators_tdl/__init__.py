@@ -6,4 +6,4 @@ in FAMILIES); see docs/tdl.md.
 """
 
 FAMILIES = ("elementwise", "reduce", "optimizer", "matmul", "conv", "pooling", "norm", "softmax", "shape",
-            "embedding", "linalg", "sequence", "ranges")
+            "embedding", "linalg", "sequence", "ranges", "resize")

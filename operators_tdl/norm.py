@@ -159,3 +159,192 @@ def layer_norm_exchange(pieces, shapes, attrs: LayerNormAttrs, allreduce):
                                                       as_b(p[1])), as_b(p[2]))
         outs.append([y, m, std])
     return outs
+
+
+def _grouped_moments(data: TensorVar, groups: int) -> tuple[Computed, Computed]:
+    """Mean and biased variance of ``data`` (N, C, x..) per instance and group of C / groups consecutive
+    channels, over the group's channels and every spatial position: tensors of shape (N, groups)."""
+    cg = data.shape[1] // groups
+    extents = (cg, *data.shape[2:])
+    n_el = float(math.prod(extents))
+    names = ["ci", *(f"x{d}" for d in range(data.ndim - 2))]
+
+    def over_group(body):
+        return Sum(nary(names, lambda r: body(r[0], r[1:])), extents=extents)
+
+    mean = compute("mean", (data.shape[0], groups),
+                   lambda n, g: over_group(lambda ci, x: data[(n, g * cg + ci, *x)]) / n_el)
+    var = compute("var", (data.shape[0], groups),
+                  lambda n, g: over_group(lambda ci, x: square(data[(n, g * cg + ci, *x)] - mean[n, g])) / n_el)
+    return mean, var
+
+
+def _check_grouped(op: str, data: TensorVar, groups: int) -> None:
+    if data.ndim < 3:
+        raise TDLError(f"{op}: data of rank {data.ndim} (shape {data.shape}); MXNet needs rank >= 3")
+    if groups < 1 or data.shape[1] % groups:
+        raise TDLError(f"{op}: {data.shape[1]} channels do not split into {groups} groups")
+
+
+@dataclass(frozen=True)
+class GroupNormAttrs:
+    num_groups: int = 1
+    eps: float = 1e-5
+    # output_mean_var only makes outputs 1 and 2 visible
+
+
+@tdl_op("GroupNorm", inputs=("data", "gamma", "beta"), outputs=("output", "mean", "std"), attrs=GroupNormAttrs,
+        cases=[
+    Case(shapes=((2, 4, 3, 4), (2,), (2,)), attrs={"num_groups": 2}),
+    Case(shapes=((2, 6, 4), (3,), (3,)), attrs={"num_groups": 3, "eps": 0.5}),
+    Case(shapes=((2, 4, 2, 2), (4,), (4,)), attrs={"num_groups": 4, "output_mean_var": True}),
+    Case(shapes=((1, 4, 2, 4), (1,), (1,)), attrs={"eps": 1e-3}),
+])
+def group_norm(data: TensorVar, gamma: TensorVar, beta: TensorVar, attrs: GroupNormAttrs):
+    """out[n, c, x..] = (data[n, c, x..] - mean[n, g]) / sqrt(var[n, g] + eps) * gamma[g] + beta[g], g = c // (C /
+    num_groups), statistics over the group's channels and all of x.. (gamma, beta per group). Outputs 1, 2 are
+    mean[n, g] and sqrt(var[n, g] + eps)."""
+    _check_grouped("GroupNorm", data, attrs.num_groups)
+    cg = data.shape[1] // attrs.num_groups
+    mean, var = _grouped_moments(data, attrs.num_groups)
+    return (lambda n, c, *x: (data[(n, c, *x)] - mean[n, c // cg]) * rsqrt(var[n, c // cg] + attrs.eps)
+            * gamma[c // cg] + beta[c // cg],
+            # the statistics' group index is named like the channel: with one channel per group they split with it
+            lambda n, c: mean[n, c],
+            lambda n, c: sqrt(var[n, c] + attrs.eps))
+
+
+@dataclass(frozen=True)
+class InstanceNormAttrs:
+    eps: float = 1e-3
+
+
+@tdl_op("InstanceNorm", inputs=("data", "gamma", "beta"), attrs=InstanceNormAttrs, cases=[
+    Case(shapes=((2, 3, 5), (3,), (3,))),
+    Case(shapes=((2, 3, 4, 3), (3,), (3,)), attrs={"eps": 0.5}),
+    Case(shapes=((1, 2, 2, 3, 2), (2,), (2,)), attrs={"eps": 1e-5}),
+    Case(shapes=((2, 4, 4, 2), (4,), (4,))),
+])
+def instance_norm(data: TensorVar, gamma: TensorVar, beta: TensorVar, attrs: InstanceNormAttrs):
+    """out[n, c, x..] = (data[n, c, x..] - mean[n, c]) / sqrt(var[n, c] + eps) * gamma[c] + beta[c], mean and
+    biased var over the spatial dims x.. of one instance and channel (eps inside the sqrt, as MXNet computes)."""
+    _check_grouped("InstanceNorm", data, data.shape[1])
+    mean, var = _grouped_moments(data, data.shape[1])
+    return lambda n, c, *x: (data[(n, c, *x)] - mean[n, c]) * rsqrt(var[n, c] + attrs.eps) * gamma[c] + beta[c]
+
+
+def _grouped_exchange(pieces, shapes, groups_of, eps: float, affine_per_group: bool, allreduce):
+    """GroupNorm / InstanceNorm on shards of the spatial dims (and of whole groups of channels), with MXNet
+    operators: each worker sums its shard per (instance, group), the sums are all-reduced into the mean,
+    likewise the squared deviations into the (biased) variance, and each worker normalizes its shard."""
+    import mxnet as mx
+
+    data_shape = shapes[0][0]
+    groups = groups_of(data_shape)
+    total = float(sum(math.prod(s[0][2:]) for s in shapes) * (data_shape[1] // groups))
+    grouped = lambda x: mx.sym.reshape(x, shape=(0, groups, -1))         # (N, G, cg * x..)
+    sums = allreduce([mx.sym.sum(grouped(p[0]), axis=2) for p in pieces])
+    means = [s / total for s in sums]
+    squares = allreduce([mx.sym.sum(mx.sym.square(mx.sym.broadcast_sub(grouped(p[0]), mx.sym.expand_dims(m, 2))),
+                                    axis=2) for p, m in zip(pieces, means)])
+    outs = []
+    for p, m, sq, s in zip(pieces, means, squares, shapes):
+        std = mx.sym.sqrt(sq / total + eps)
+        normed = mx.sym.broadcast_div(mx.sym.broadcast_sub(grouped(p[0]), mx.sym.expand_dims(m, 2)),
+                                      mx.sym.expand_dims(std, 2))
+        per_channel = (1, -1, *(1 for _ in s[0][2:]))
+        if affine_per_group:
+            y = mx.sym.broadcast_add(mx.sym.broadcast_mul(normed, mx.sym.reshape(p[1], shape=(1, -1, 1))),
+                                     mx.sym.reshape(p[2], shape=(1, -1, 1)))
+            y = mx.sym.reshape(y, shape=s[0])
+        else:
+            y = mx.sym.broadcast_add(mx.sym.broadcast_mul(mx.sym.reshape(normed, shape=s[0]),
+                                                          mx.sym.reshape(p[1], shape=per_channel)),
+                                     mx.sym.reshape(p[2], shape=per_channel))
+        outs.append([y, m, std])
+    return outs
+
+
+@tdl_expansion("GroupNorm")
+def group_norm_exchange(pieces, shapes, attrs: GroupNormAttrs, allreduce):
+    """GroupNorm split on its spatial dims: per-group sums all-reduced (see ``_grouped_exchange``)."""
+    return _grouped_exchange(pieces, shapes, lambda s: attrs.num_groups, attrs.eps, True, allreduce)
+
+
+@tdl_expansion("InstanceNorm")
+def instance_norm_exchange(pieces, shapes, attrs: InstanceNormAttrs, allreduce):
+    """InstanceNorm split on its spatial dims: per-channel sums all-reduced (see ``_grouped_exchange``)."""
+    return [o[:1] for o in _grouped_exchange(pieces, shapes, lambda s: s[1], attrs.eps, False, allreduce)]
+
+
+@dataclass(frozen=True)
+class L2NormalizationAttrs:
+    eps: float = 1e-10
+    mode: str = "instance"
+
+
+_L2_AXES = {"instance": lambda nd: tuple(range(1, nd)), "channel": lambda nd: (1,),
+            "spatial": lambda nd: tuple(range(2, nd))}
+
+
+@tdl_op("L2Normalization", inputs=("data",), attrs=L2NormalizationAttrs, cases=[
+    Case(shapes=((2, 4, 3),)),
+    Case(shapes=((2, 4, 2, 2),), attrs={"mode": "channel", "eps": 0.5}),
+    Case(shapes=((2, 4, 2, 4),), attrs={"mode": "spatial"}),
+    Case(shapes=((4, 6),), attrs={"eps": 1e-3}),
+])
+def l2_normalization(data: TensorVar, attrs: L2NormalizationAttrs):
+    """out[i] = data[i] / sqrt(sum_k data[k]^2 + eps), the sum over the dims of ``mode``: all but the batch
+    (instance), the channels (channel) or the spatial dims (spatial), at the other dims of i."""
+    if attrs.mode not in _L2_AXES:
+        raise TDLError(f"L2Normalization: mode '{attrs.mode}' is not described (instance, channel, spatial)")
+    if attrs.mode != "instance" and data.ndim < 3:
+        raise TDLError(f"L2Normalization: mode '{attrs.mode}' needs data of rank >= 3, got {data.shape}")
+    axes = _L2_AXES[attrs.mode](data.ndim)
+    kept = [d for d in range(data.ndim) if d not in axes]
+
+    def at(k, s):
+        """The index with the reduced dims from k and the kept ones from s."""
+        it_k, it_s = iter(k), iter(s)
+        return tuple(next(it_k) if d in axes else next(it_s) for d in range(data.ndim))
+
+    total = compute("sumsq", tuple(data.shape[d] for d in kept), lambda *s: Sum(
+        nary([f"k{d}" for d in axes], lambda k: square(data[at(k, s)]))))
+    return lambda *i: data[i] * rsqrt(total[tuple(i[d] for d in kept)] + attrs.eps)
+
+
+@tdl_expansion("L2Normalization")
+def l2_normalization_exchange(pieces, shapes, attrs: L2NormalizationAttrs, allreduce):
+    """L2Normalization split on a dim it sums over: each worker sums the squares of its shard, the sums are
+    all-reduced, and each worker divides its shard by sqrt(sum + eps)."""
+    import mxnet as mx
+
+    axes = _L2_AXES[attrs.mode](len(shapes[0][0]))
+    sums = allreduce([mx.sym.sum(mx.sym.square(p[0]), axis=axes, keepdims=True) for p in pieces])
+    return [[mx.sym.broadcast_mul(p[0], mx.sym.rsqrt(s + attrs.eps))] for p, s in zip(pieces, sums)]
+
+
+@dataclass(frozen=True)
+class LRNAttrs:
+    nsize: int
+    alpha: float = 1e-4
+    beta: float = 0.75
+    knorm: float = 2.0
+
+
+@tdl_op("LRN", inputs=("data",), attrs=LRNAttrs, cases=[
+    Case(shapes=((2, 5, 3, 3),), attrs={"nsize": 3, "alpha": 0.5}),
+    Case(shapes=((2, 4, 2, 4),), attrs={"nsize": 3, "alpha": 0.5, "beta": 0.5, "knorm": 1.0}),
+    Case(shapes=((1, 8, 2, 2),), attrs={"nsize": 5, "alpha": 0.3}),
+])
+def lrn(data: TensorVar, attrs: LRNAttrs):
+    """out[n, c, x..] = data[n, c, x..] / (knorm + alpha / nsize * sum_{|d| <= nsize // 2} data[n, c + d, x..]^2)
+    ^ beta, channels past the ends read as 0 (a window across channels: a channel split has a halo)."""
+    if attrs.nsize < 1 or attrs.nsize % 2 == 0:
+        raise TDLError(f"LRN: nsize {attrs.nsize} must be odd and positive")
+    half = attrs.nsize // 2
+
+    def out(n, c, *x):
+        window = Sum(lambda d: square(data.at((n, c + d - half, *x), fill=0.0)), extents=(attrs.nsize,))
+        return data[(n, c, *x)] / (attrs.knorm + attrs.alpha / attrs.nsize * window) ** attrs.beta
+    return out

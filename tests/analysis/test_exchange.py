@@ -167,7 +167,12 @@ def test_row_statistics_expansion_matches_fused_kernel(op, attrs, shapes, dim, s
     assert [(x.tensor, x.reducer) for x in s.exchanges] == stats
     for w in range(k):          # each worker reads only its share of the data
         assert s.input_regions[w][0].shape[dim] == shapes[0][dim] // k
+    _check_expansion(op, attrs, shapes, desc, out_shapes, s, k)
 
+
+def _check_expansion(op, attrs, shapes, desc, out_shapes, s, k):
+    """The op's expansion over the workers' pieces under ``s`` equals MXNet's fused kernel, forward (the split
+    output reassembled, the others whole on every worker) and in the gradient of every input."""
     rng = np.random.default_rng(1)
     xs = _row_inputs(shapes, rng)
     head = rng.standard_normal(shapes[0]).astype(np.float32)
@@ -226,3 +231,31 @@ def test_layer_norm_statistics_are_replicated_when_split_along_the_normalized_ax
     _, out_shapes, s = _row_strategy("LayerNorm", Attrs.of(axis=1, output_mean_var=True),
                                      [(2, 8, 3), (8,), (8,)], 1, 2)
     assert all(isinstance(p, Replicate) for p in s.outputs[1:])
+
+
+# ------------------------------------------------- GroupNorm, InstanceNorm, L2Normalization: statistics exchanged
+
+GROUP_CASES = [   # every split of these that exchanges statistics (the spatial dims; L2Normalization's summed ones)
+    ("GroupNorm", {"num_groups": 2}, [(2, 4, 4, 4), (2,), (2,)]),
+    ("GroupNorm", {"num_groups": 4, "eps": 0.5, "output_mean_var": True}, [(2, 4, 4, 2), (4,), (4,)]),
+    ("InstanceNorm", {"eps": 1e-3}, [(2, 3, 4, 4), (3,), (3,)]),
+    ("InstanceNorm", {}, [(2, 2, 8), (2,), (2,)]),
+    ("L2Normalization", {}, [(2, 4, 4)]),
+    ("L2Normalization", {"mode": "channel", "eps": 0.5}, [(2, 4, 2, 4)]),
+    ("L2Normalization", {"mode": "spatial"}, [(2, 3, 4, 4)]),
+]
+
+
+@pytest.mark.parametrize("k", [2, 4])
+@pytest.mark.parametrize("op, attrs, shapes", GROUP_CASES,
+                         ids=[f"{c[0]}-{'-'.join(f'{a}={v}' for a, v in c[1].items()) or 'default'}-{len(c[2][0])}d"
+                              for c in GROUP_CASES])
+def test_grouped_statistics_expansion_matches_fused_kernel(op, attrs, shapes, k):
+    attrs = Attrs.of(**attrs)
+    out_shapes = infer_op_shapes(op, attrs, shapes)
+    desc = describe(op, attrs, shapes, out_shapes)
+    found = [s for s in strategies(desc, k) if s.exchanges]
+    assert found, f"{op}: no split exchanges statistics"
+    for s in found:
+        assert registry.expansion(op) is not None
+        _check_expansion(op, attrs, shapes, desc, out_shapes, s, k)

@@ -5,7 +5,9 @@ A plan that picks, for one op of a small trained network, a strategy that MXNet'
 * with its output scaled (a mean split on its reduction: each worker's mean of its share, times share / whole),
 * on more than the worker's part, keeping that part (a reshape of a longer piece, a halo split along
   channels computed on the region with its halo),
-* with a rewritten group count (a grouped convolution split on its channels, group-aligned),
+* with a rewritten group count (a grouped convolution, GroupNorm, split on their channels, group-aligned),
+* by the op's expansion, statistics exchanged (GroupNorm, InstanceNorm split spatially, L2Normalization over
+  the channels it sums),
 * with a shorter window (max pooling split on its window: partial maxima reduced with max),
 
 and at random elsewhere, must give the single-device run's outputs and parameter gradients on k CPU devices.
@@ -66,7 +68,24 @@ def _max_pool_window():
         {"data": (2, 2, 4, 4)}
 
 
+def _conv_then(layer, shape=(2, 4, 4, 4)):
+    def build():
+        data = mx.sym.var("data")
+        h = mx.sym.Convolution(data, kernel=(1, 1), num_filter=4, name="conv")
+        return _head(layer(h), shape[0]), {"data": shape}
+    return build
+
+
 CASES = {  # network, the target op's strategy (split variable)
+    "lrn-channels-halo": (_conv_then(lambda h: mx.sym.LRN(h, nsize=3, alpha=0.5, name="target")), "c"),
+    "groupnorm-channels": (_conv_then(lambda h: mx.sym.GroupNorm(h, num_groups=2, name="target")), "c"),
+    "groupnorm-spatial": (_conv_then(lambda h: mx.sym.GroupNorm(h, num_groups=2, name="target")), "x0"),
+    "instancenorm-spatial": (_conv_then(lambda h: mx.sym.InstanceNorm(h, name="target")), "x1"),
+    "l2norm-channels": (_conv_then(lambda h: mx.sym.L2Normalization(h, mode="channel", name="target")), "i1"),
+    "pad-spatial": (_conv_then(lambda h: mx.sym.Pad(h, mode="constant", pad_width=(0, 0, 0, 0, 1, 1, 2, 2),
+                                                    constant_value=0.5, name="target")), "y0"),
+    "upsampling-spatial": (_conv_then(lambda h: mx.sym.UpSampling(h, scale=2, sample_type="nearest", num_args=1,
+                                                                  name="target")), "y"),
     "mean-reduction": (_mean, "k0"),
     "flatten-inner": (_flatten, "j"),
     "repeat-axis": (_repeat, "o1"),
@@ -110,6 +129,14 @@ def test_kernel_forms_train_like_one_device(name, k):
         assert any(c.keep is not None for c in calls), "the kernel computes more than the part and keeps it"
     if name == "grouped-conv-co":
         assert all(c.attrs["num_group"] < 2 for c in calls), "a group-aligned split rewrites num_group"
+    if name == "groupnorm-channels":
+        assert all(c.attrs["num_groups"] < 2 for c in calls), "a group-aligned split rewrites num_groups"
+    if name in ("groupnorm-spatial", "instancenorm-spatial", "l2norm-channels"):
+        assert all(c.expansion for c in calls), "the statistics are exchanged by the op's expansion"
+    if name == "lrn-channels-halo":
+        assert any(c.keep is not None for c in calls), "computed on the region with its halo, the part kept"
+    if name == "pad-spatial":     # the halo is materialised (filled with constant_value): the kernel pads nothing
+        assert all(not any(c.attrs["pad_width"]) for c in calls)
     values = {**initial_values(graph, 3), **synthetic_batch(graph, 4)}
     got = Trainer(apply_plan(graph, plan), values)
     want = Trainer(whole_graph(graph, export_symbol(graph)), values)

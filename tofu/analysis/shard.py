@@ -11,10 +11,23 @@ shard's input shapes, trying in order of fewest changes:
 * an integer attribute equal to the full extent of an output dimension that the shard shrinks takes the
   shard's extent (``num_hidden``, ``num_filter``, ``output_dim``), or 0 (an offset such as ``begin``);
 * an integer attribute equal to the number of inputs takes the number of inputs the shard reads (``num_args``);
+* an integer attribute that counts groups of an extent the shard shrinks shrinks with it (``num_group`` 2 -> 1
+  when a group-aligned channel split halves the channels), and a negative one (a position counted from the
+  end) may become None (the piece already ends where the slice does);
+* under a split reduction, a tuple entry equal to its extent takes the worker's share (a pooling window);
 * a tuple attribute equal to the full output shape takes the shard's (``shape`` of ``_zeros``; Reshape's
   target with MXNet's codes 0 and -1 keeps the codes and takes the shard's explicit extents), one equal to
   an input's trailing extents takes the shard's (a convolution's ``kernel`` under a kernel-tap split), and
   one of non-negative amounts may become all zeros (the padding a materialised halo now provides).
+
+Two ways of running go beyond "the kernel's output is the worker's part", both proven like the rest:
+
+* ``scale``: a partition-n-reduce of ``R / c`` whose kernel divides by the shard's own count (a mean, global
+  average pooling) runs as the shard's mean times ``c_shard / c_full`` (the proof compares R alone);
+* ``keep``: the kernel computes more than the worker's part along the split dimension, and the worker keeps
+  its part: a halo split run on the region with its halo (LRN across channels: the kernel's border channels
+  see a cut window and are dropped), a reshape of the longer piece a flattened split reads. The proof covers
+  the kept part only, at each possible start in the kernel's output. The worker reads its regions as before.
 
 A candidate the description cannot instantiate at the shard's shapes (a group count of 0) is dropped before
 MXNet sees it, and MXNet's answers come from a child process (:mod:`tofu.graph.single_op`), so no candidate
@@ -266,6 +279,8 @@ def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Sha
             if value != n_inputs:
                 if value != 0:
                     alts.append(0)          # an offset into the sliced input (begin)
+                if value < 0:
+                    alts.append(None)       # a position counted from the end: the piece ends where the slice does
         elif isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
             for fs, ws in zip(full_shapes, wanted):
                 if value == tuple(fs) and tuple(ws) != tuple(fs):

@@ -425,6 +425,16 @@ class Hull(Interval):
         ends = [m.evaluate(values, extent) for m in self.members]
         return min(a for a, _ in ends), max(b for _, b in ends)
 
+    def clip(self, values, extent):
+        """As one interval's, but a member that lies wholly past the tensor's ends reads only its fill value
+        and adds nothing (a padding's mirrored index at the far border, on a worker near the other)."""
+        parts = [m.clip(values, extent) for m in self.members]
+        inside = [p for p in parts if p[2] <= p[3]]
+        if not inside or len(inside) == len(parts):
+            return super().clip(values, extent)
+        return (min(p[0] for p in inside), max(p[1] for p in inside),
+                min(p[2] for p in inside), max(p[3] for p in inside))
+
     def __str__(self) -> str:
         return "hull(" + ", ".join(map(str, self.members)) + ")"
 
