@@ -24,6 +24,7 @@ from collections.abc import Mapping
 
 from tofu.analysis.interval import Interval, bound, evaluate_index
 from tofu.analysis.strategies import PartitionStrategy, SplitDim, reduction_root
+from tofu.errors import AnalysisError
 from tofu.tdl.describe import OpDescription
 from tofu.tdl.expr import (FULL, Access, Affine, Binary, Compare, Computed, Const, FloorDiv, IndexExpr,
                            IndexValue, Mod, OpaqueCall, Reduce, Select, Unary, Uses, ValueExpr, Var)
@@ -141,6 +142,11 @@ class _Checker:
             branch = self._decide(ef.cond, sub_f)
             if branch is not None:      # the full operator's choice is fixed on this worker's range
                 return self.value(es, ef.then if branch else ef.other, sub_s, sub_f, env_s)
+        if isinstance(ef, Select) and isinstance(es, Select):
+            branch = self._decide(ef.cond, sub_f)
+            if branch is not None and branch == self._decide_shard(es.cond, env_s):   # both take one branch
+                return self.value(es.then if branch else es.other, ef.then if branch else ef.other,
+                                  sub_s, sub_f, env_s)
         if isinstance(es, Uses) and isinstance(ef, Uses):
             if len(es.reads) != len(ef.reads):
                 raise _Mismatch("declared reads differ")
@@ -159,6 +165,11 @@ class _Checker:
         if isinstance(es, Unary):
             self._same(es.fn, ef.fn)
             return self.value(es.arg, ef.arg, sub_s, sub_f, env_s)
+        if isinstance(es, Compare) and isinstance(ef, Compare) and es.fn == ef.fn:
+            # index <op> c that holds (or fails) everywhere on both sides' ranges: the same constant
+            decided = self._decide(ef, sub_f)
+            if decided is not None and decided == self._decide_shard(es, env_s):
+                return
         if isinstance(es, Compare) and _index_vs_const(es) and _index_vs_const(ef) and es.fn == ef.fn:
             # index <op> c: compare index - c (a shard's bound moves with its offset)
             return self._index(es.lhs.index - int(es.rhs.value), ef.lhs.index - int(ef.rhs.value), sub_s, sub_f, 0)
@@ -251,16 +262,26 @@ class _Checker:
         """The value of ``index <op> constant`` over the worker's range, when it does not vary."""
         if not (isinstance(cond, Compare) and isinstance(cond.lhs, IndexValue) and isinstance(cond.rhs, Const)):
             return None
-        iv = bound(substitute(cond.lhs.index, sub_f), self.ranges)
+        try:
+            iv = bound(substitute(cond.lhs.index, sub_f), self.ranges)
+        except AnalysisError:
+            return None
         if iv.lower is None or iv.upper is None:
             return None
-        a, b = evaluate_index(iv.lower, {}), evaluate_index(iv.upper, {})
-        c = cond.rhs.value
-        test = {"lt": lambda x: x < c, "le": lambda x: x <= c, "gt": lambda x: x > c, "ge": lambda x: x >= c}
-        if cond.fn not in test:
+        return _holds(cond.fn, evaluate_index(iv.lower, {}), evaluate_index(iv.upper, {}), cond.rhs.value)
+
+    @staticmethod
+    def _decide_shard(cond: ValueExpr, env_s) -> bool | None:
+        """The value of the shard's ``index <op> constant`` over the shard's ranges, when it does not vary."""
+        if not (isinstance(cond, Compare) and isinstance(cond.lhs, IndexValue) and isinstance(cond.rhs, Const)):
             return None
-        ta, tb = test[cond.fn](a), test[cond.fn](b)
-        return ta if ta == tb else None
+        try:
+            iv = bound(cond.lhs.index, env_s)
+        except AnalysisError:
+            return None
+        if iv.lower is None or iv.upper is None:
+            return None
+        return _holds(cond.fn, evaluate_index(iv.lower, {}), evaluate_index(iv.upper, {}), cond.rhs.value)
 
     def _index(self, a: IndexExpr, b: IndexExpr, sub_s, sub_f, delta: int) -> None:
         fast_a, fast_b = _linear(a, sub_s), _linear(b, sub_f)
@@ -330,6 +351,15 @@ def _linear(e: IndexExpr, sub: Mapping[Var, IndexExpr]):
             coeffs[v] = coeffs.get(v, 0) + c * cv
         const += c * image.const
     return coeffs, const
+
+
+def _holds(fn: str, a: int, b: int, c: float) -> bool | None:
+    """Whether ``x <fn> c`` for every x in [a, b] (True), for none (False), or it varies (None)."""
+    test = {"lt": lambda x: x < c, "le": lambda x: x <= c, "gt": lambda x: x > c, "ge": lambda x: x >= c}
+    if fn not in test:
+        return None
+    ta, tb = test[fn](a), test[fn](b)
+    return ta if ta == tb else None
 
 
 def _index_vs_const(e: Compare) -> bool:
