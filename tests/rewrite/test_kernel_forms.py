@@ -9,6 +9,8 @@ A plan that picks, for one op of a small trained network, a strategy that MXNet'
 * by the op's expansion, statistics exchanged (GroupNorm, InstanceNorm split spatially, L2Normalization over
   the channels it sums),
 * with a shorter window (max pooling split on its window: partial maxima reduced with max),
+* with part of its halo past the tensor's end materialised (average pooling, 'full' convention, split on its
+  rows: the kernel's own border rule then counts the window as the whole operator does),
 
 and at random elsewhere, must give the single-device run's outputs and parameter gradients on k CPU devices.
 """
@@ -84,6 +86,9 @@ CASES = {  # network, the target op's strategy (split variable)
     "l2norm-channels": (_conv_then(lambda h: mx.sym.L2Normalization(h, mode="channel", name="target")), "i1"),
     "pad-spatial": (_conv_then(lambda h: mx.sym.Pad(h, mode="constant", pad_width=(0, 0, 0, 0, 1, 1, 2, 2),
                                                     constant_value=0.5, name="target")), "y0"),
+    "avgpool-full-rows": (_conv_then(lambda h: mx.sym.Pooling(h, kernel=(3, 3), stride=(2, 2), pad=(1, 1),
+                                                              pool_type="avg", pooling_convention="full",
+                                                              name="target"), (2, 4, 6, 6)), "xs0"),
     "upsampling-spatial": (_conv_then(lambda h: mx.sym.UpSampling(h, scale=2, sample_type="nearest", num_args=1,
                                                                   name="target")), "y"),
     "mean-reduction": (_mean, "k0"),

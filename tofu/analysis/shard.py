@@ -104,12 +104,15 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
     layouts = [tuple(i for i, r in enumerate(regions) if r is not None)]
     if len(layouts[0]) < len(regions):
         layouts.append(tuple(range(len(regions))))
-    attempts = [(padded, present, False, wanted) for padded in ((False, True) if has_halo else (False,))
+    attempts = [(padded, present, False, wanted, regions) for padded in ((False, True) if has_halo else (False,))
                 for present in layouts]              # the kernel's own padding first
+    if has_halo:      # the halo past the tensor's far end materialised in part (the kernel's own border rule
+        for trimmed in _trimmed(regions):          # decides the rest: a 'full' pooling window's count)
+            attempts += [(True, present, False, wanted, trimmed) for present in layouts]
     if full_out != wanted and all(r is None or (r.shape == shape and not any(map(any, r.pad)))
                                   for r, shape in zip(regions, strategy.input_shapes)):
-        attempts.append((False, tuple(range(len(regions))), True, full_out))   # whole inputs: crop the output
-    for padded, present, crop, target in attempts:
+        attempts.append((False, tuple(range(len(regions))), True, full_out, regions))   # whole inputs: crop
+    for padded, present, crop, target, regions in attempts:
         used = tuple(regions[i] if regions[i] is not None else whole[i] for i in present)
         shapes = tuple(r.padded_shape if padded else r.shape for r in used)
         pairs = [(strategy.input_shapes[i], s) for i, s in zip(present, shapes)]
@@ -140,6 +143,16 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
                     return call
     why = f": {rejected[0]}" if rejected else ": no attributes give the shard's shapes"
     raise AnalysisError(f"MXNet's kernel cannot run worker {worker}'s shard of {strategy}{why}")
+
+
+def _trimmed(regions: Sequence[Region | None], limit: int = 16):
+    """The regions with less of their halo past the tensor's far end, per dimension, least trimmed first."""
+    ends = [max((r.pad[d][1] for r in regions if r is not None and d < len(r.pad)), default=0)
+            for d in range(max((len(r.pad) for r in regions if r is not None), default=0))]
+    cuts = sorted((c for c in itertools.product(*(range(e + 1) for e in ends)) if any(c)), key=sum)[:limit]
+    for cut in cuts:
+        yield tuple(None if r is None else Region(r.bounds, tuple((a, max(0, b - t)) for (a, b), t in zip(r.pad, cut)))
+                    for r in regions)
 
 
 _MAX_STARTS = 64       # positions tried for the worker's part inside a larger kernel output
