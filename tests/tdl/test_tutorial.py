@@ -17,7 +17,7 @@ import pytest
 from tests.operators.test_conformance import random_inputs
 from tofu import cli, registry
 from tofu.graph.single_op import infer_op_shapes, run_op
-from tofu.tdl.describe import describe
+from tofu.tdl.describe import _describe, describe
 from tofu.tdl.interpret import evaluate
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "tdl.md"
@@ -33,7 +33,15 @@ def tutorial_code(text: str) -> str:
 
 
 @pytest.fixture
-def tutorial_ops(tmp_path):
+def registered_aside():
+    """The builtin descriptions of the operators the tutorial writes (set aside while it runs), by name."""
+    described = re.findall(r'@tdl_op\(\s*"([^"]+)"', tutorial_code(DOC.read_text()))
+    builtin = registry.load_builtin_operators()
+    return {name: builtin[name] for name in described if name in builtin}
+
+
+@pytest.fixture
+def tutorial_ops(tmp_path, registered_aside):
     """Registers the tutorial's operators in a scratch registry; yields {name: OpSpec} of those added."""
     code = tutorial_code(DOC.read_text())
     described = re.findall(r'@tdl_op\(\s*"([^"]+)"', code)
@@ -47,6 +55,7 @@ def tutorial_ops(tmp_path):
     path = tmp_path / "tutorial_op.py"
     path.write_text(code)
     spec = importlib.util.spec_from_file_location("tofu_docs_tutorial_op", path)
+    _describe.cache_clear()      # descriptions are cached by op name: none of the set-aside ones may answer
     try:
         spec.loader.exec_module(importlib.util.module_from_spec(spec))
         added = {name: s for name, s in registry.REGISTRY.items() if saved.get(name) is not s}
@@ -54,6 +63,7 @@ def tutorial_ops(tmp_path):
     finally:
         registry.REGISTRY.clear()
         registry.REGISTRY.update(saved)
+        _describe.cache_clear()
 
 
 def test_tutorial_adds_one_operator_with_cases(tutorial_ops):
@@ -85,3 +95,26 @@ def test_tofu_ops_lists_the_tutorial_operator(tutorial_ops, capsys):
         row = next((line for line in listing if line.split()[0] == op), None)
         assert row is not None, f"`tofu ops` does not list {op}"
         assert spec.doc.splitlines()[0] in row
+
+
+def test_tutorial_operator_agrees_with_the_registered_one(registered_aside, tutorial_ops):
+    """An operator the tutorial writes that ``operators_tdl`` also describes (InstanceNorm): both descriptions
+    give the same values on every case of either."""
+    assert "InstanceNorm" in registered_aside, "operators_tdl describes InstanceNorm; the page writes it again"
+    for op, builtin in registered_aside.items():
+        page_spec = tutorial_ops[op]
+        assert page_spec is not builtin
+        for case in (*page_spec.cases, *builtin.cases):
+            attrs = case.parsed_attrs()
+            inputs = random_inputs(case)
+            out_shapes = infer_op_shapes(op, attrs, case.shapes)
+            results = []
+            for spec in (page_spec, builtin):
+                registry.REGISTRY[op] = spec
+                _describe.cache_clear()
+                results.append(evaluate(describe(op, attrs, case.shapes, out_shapes), inputs))
+            registry.REGISTRY[op] = page_spec
+            _describe.cache_clear()
+            assert results[0][0].shape == results[1][0].shape
+            for a, b in zip(*results):
+                np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-9, err_msg=f"{op} {case}")
