@@ -444,6 +444,7 @@ def summary(reports: Sequence[CaseReport], k: int) -> str:
     return (f"ops {len({r.op for r in reports})}, cases {len(reports)}, strategies {len(rows)} (k={k}), "
             f"kernel-executable {sum(row.kernel_executable for row in rows)}, "
             f"exchanging statistics {len(exchanging)} ({sum(row.expansion for row in exchanging)} by expansion), "
+            f"not runnable {sum(not row.runnable for row in rows)}, "
             f"misses {misses} (inputs; in {sum(1 for row in rows if row.with_verdict('miss'))} strategies), "
             f"unsound {unsound}, cases with nested reductions {nested}")
 
