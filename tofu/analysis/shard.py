@@ -135,9 +135,9 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
             if reason is None:
                 return call if scale == 1.0 else dataclasses.replace(call, scale=scale)
             rejected.append(reason)
-    if strategy.kind == "output":
+    if strategy.kind == "output":     # only the inputs the worker reads: it reads its regions, nothing more
         for padded in ((True, False) if has_halo else (False,)):
-            for present in layouts:
+            for present in layouts[:1]:
                 call = _kept_call(op, attrs, full, strategy, worker, present, padded, zeroed, whole, rejected)
                 if call is not None:
                     return call
