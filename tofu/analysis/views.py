@@ -132,8 +132,9 @@ def next_view(view: NodeView, s: PartitionStrategy, k: int, worker: int = 0) -> 
             return NodeView(view.op, call.attrs, call.input_shapes(), view.out_shapes,
                             tuple(view.inputs[i] for i in call.inputs), view.outputs, in_origins, view.out_origins,
                             view.out_classes, zeroed, done=True)
+        # a kernel that computes more than the worker's part keeps it: later cuts do not narrow it either
         return NodeView(view.op, call.attrs, call.input_shapes(), outs, tuple(view.inputs[i] for i in call.inputs),
-                        view.outputs, in_origins, out_origins, classes, zeroed)
+                        view.outputs, in_origins, out_origins, classes, zeroed, done=call.keep is not None)
     # an input the strategy does not read keeps its shape (the op still takes it)
     regions = s.input_regions[worker]
     shapes = tuple(r.shape if r is not None else shape for r, shape in zip(regions, view.in_shapes))
