@@ -16,7 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments import run_largest_batch  # noqa: E402
 from tofu.graph import Role, import_symbol  # noqa: E402
 from tofu.graph.memory import estimate_training_memory  # noqa: E402
-from tofu.models import PAPER_EXTRA_MODELS, PAPER_MODELS, ModelOptions, build_model  # noqa: E402
+from tofu.models import GPT_MODELS, PAPER_EXTRA_MODELS, PAPER_MODELS, ModelOptions, build_model  # noqa: E402
+from tofu.models.transformer import CONFIGS as GPT_CONFIGS  # noqa: E402
 from tofu.models.paper import TABLE2_GIB, TOFU_BATCHES  # noqa: E402
 
 GPU_BYTES = 12 * 2**30
@@ -180,8 +181,51 @@ def render_sizes(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(rows: list[dict]) -> str:
-    return INTRO + render_table2(rows) + BATCHES_HEAD + render_batches(rows) + SIZES_HEAD + render_sizes(rows)
+GPT_HEAD = """\
+
+## Transformers
+
+`gpt-{124m,350m,774m,1.5b,2.7b,6.7b}` (`tofu/models/transformer.py`; the models of docs/search.md's comparison
+with Megatron-LM): token and learned position embeddings, L pre-LayerNorm blocks (causal multi-head
+self-attention from FullyConnected / Reshape / transpose / batch_dot / softmax, q, k, v as three projections;
+a GELU MLP of width 4h), a final LayerNorm and an untied projection to the vocabulary (50304, GPT-2's 50257
+padded as Megatron-LM pads it), softmax cross-entropy over every position; sequence 1024 (`--seq-len`,
+`--vocab` change them), default batch 8. Layers, width and heads are GPT-2's (124M to 1.5B) and GPT-3's (2.7B,
+6.7B); the parameter counts below include the untied projection (GPT-2 small is 124M with it tied). `gpt-tiny`
+(2 blocks, width 16, 4 heads, 8 tokens, vocabulary 32) is the test model. Single-device training memory as
+above, at batch 1 and at the default batch 8:
+
+"""
+
+
+def gpt_rows() -> list[dict]:
+    rows = []
+    for name in GPT_MODELS:
+        c = GPT_CONFIGS[name]
+        sizes = {b: single_device_estimate(name, b) for b in (1, 8)}
+        graph = sizes[1][1]
+        rows.append({"model": name, "config": c, "parameters": sum(t.size for t in graph.by_role(Role.PARAM)),
+                     "total_1": sizes[1][2].total, "total_8": sizes[8][2].total,
+                     "activations_8": sizes[8][2].activations})
+    return rows
+
+
+def render_gpt(rows: list[dict]) -> str:
+    gib = lambda b: f"{b / GIB:.2f}"  # noqa: E731
+    head = ["model", "layers", "hidden", "heads", "parameters", "weights GiB", "total GiB, batch 1",
+            "activations GiB, batch 8", "total GiB, batch 8"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        c = r["config"]
+        cells = [f"`{r['model']}`", str(c.layers), str(c.hidden), str(c.heads), f"{r['parameters']:,}",
+                 gib(4 * r["parameters"]), gib(r["total_1"]), gib(r["activations_8"]), gib(r["total_8"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render(rows: list[dict], gpt: list[dict]) -> str:
+    return (INTRO + render_table2(rows) + BATCHES_HEAD + render_batches(rows) + SIZES_HEAD + render_sizes(rows)
+            + GPT_HEAD + render_gpt(gpt))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/models.md"))
     args = parser.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(model_rows()))
+    args.out.write_text(render(model_rows(), gpt_rows()))
     print(f"wrote {args.out}")
     return 0
 
