@@ -149,10 +149,25 @@ def _trimmed(regions: Sequence[Region | None], limit: int = 16):
     """The regions with less of their halo past the tensor's far end, per dimension, least trimmed first."""
     ends = [max((r.pad[d][1] for r in regions if r is not None and d < len(r.pad)), default=0)
             for d in range(max((len(r.pad) for r in regions if r is not None), default=0))]
-    cuts = sorted((c for c in itertools.product(*(range(e + 1) for e in ends)) if any(c)), key=sum)[:limit]
-    for cut in cuts:
+    for cut in itertools.islice(_cuts_by_total(ends), limit):
         yield tuple(None if r is None else Region(r.bounds, tuple((a, max(0, b - t)) for (a, b), t in zip(r.pad, cut)))
                     for r in regions)
+
+
+def _cuts_by_total(ends: Sequence[int], start: int = 1):
+    """Every tuple ``c`` with ``0 <= c[d] <= ends[d]`` and ``sum(c) >= start``, by increasing sum, each sum in
+    lexicographic order (as ``sorted(product(...), key=sum)`` orders them, without enumerating the product)."""
+    def fixed(dims: Sequence[int], total: int):
+        if not dims:
+            if total == 0:
+                yield ()
+            return
+        rest = sum(dims[1:])
+        for first in range(max(0, total - rest), min(dims[0], total) + 1):
+            for tail in fixed(dims[1:], total - first):
+                yield (first,) + tail
+    for total in range(start, sum(ends) + 1):
+        yield from fixed(ends, total)
 
 
 _MAX_STARTS = 64       # positions tried for the worker's part inside a larger kernel output

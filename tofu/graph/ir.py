@@ -7,12 +7,19 @@ with shapes, dtypes and roles. Variables are tensors without a producer, not nod
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 import numpy as np
 
 from tofu.graph.attrs import Attrs
+
+
+@cache
+def _itemsize(dtype: str) -> int:
+    return np.dtype(dtype).itemsize
+
 
 Shape = tuple[int, ...]
 
@@ -44,11 +51,11 @@ class TensorEntry:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
-        return self.size * np.dtype(self.dtype).itemsize
+        return self.size * _itemsize(self.dtype)
 
 
 @dataclass(frozen=True)
