@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
               f" | {ratio} | {seconds} |")
     if ratios:
         print(f"\nTofu over Megatron-LM: min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, max "
-              f"{max(ratios):.2f} over {len(ratios)} cases; Tofu moves more in {sum(x > 1 + 1e-9 for x in ratios)}")
+              f"{max(ratios):.2f} over {len(ratios)} cases; Tofu moves more in {sum(x > 1 + 1e-9 for x in ratios)} of them")
     sent = [(case, by[(*case, "tofu")], by[(*case, "megatron")]) for case in cases
             if all(by.get((*case, a), {}).get("shared_bytes") for a in ("tofu", "megatron"))]
     if sent:

@@ -39,3 +39,28 @@ def test_run_transformer_quick_writes_rows_and_table(tmp_path, capsys):
     capsys.readouterr()
     assert table_transformer.main([str(tmp_path / "smoke.csv")]) == 0
     assert "| gpt-tiny | 4 | 2 |" in capsys.readouterr().out
+
+
+def test_plot_plan_draws_two_plans_and_refuses_bad_input(tmp_path, capsys):
+    from experiments import plot_plan
+    from tofu.cli import main as tofu_main
+
+    paths = []
+    for algo in ("tofu", "megatron"):
+        paths.append(str(tmp_path / f"{algo}.json"))
+        assert tofu_main(["plan", "gpt-tiny", "--batch", "4", "--workers", "4", "--algo", algo,
+                          "--out", paths[-1]]) == 0
+    _, tofu_cols = plot_plan.load_columns(tmp_path / "tofu.json")
+    _, megatron_cols = plot_plan.load_columns(tmp_path / "megatron.json")
+    assert [c.factor for c in tofu_cols] == [2, 2] and [c.factor for c in megatron_cols] == [4]
+    # the second cut sees the shapes the first left: a tensor the first cut split is half as long there
+    for name, d in tofu_cols[0].dims.items():
+        if d is not None:
+            assert tofu_cols[1].shapes[name][d] * 2 == tofu_cols[0].shapes[name][d]
+    out = tmp_path / "plan.png"
+    assert plot_plan.main([*paths, "--tensors", "^block0_", "--out", str(out)]) == 0
+    assert out.stat().st_size > 10_000
+    (tmp_path / "bad.json").write_text("{}")
+    assert plot_plan.main([str(tmp_path / "bad.json"), "--out", str(out)]) == 2
+    assert plot_plan.main([*paths, "--tensors", "^nothing", "--out", str(out)]) == 2
+    assert "no tensor" in capsys.readouterr().err
