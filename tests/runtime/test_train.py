@@ -156,3 +156,19 @@ def test_shard_then_gather_gives_back_every_parameter(model, k, algo):
         np.testing.assert_array_equal(value, values[name])
     # every parameter element lives in exactly one shard variable
     assert sum(a.size for a in params.values()) == sum(t.size for t in graph.by_role(Role.PARAM))
+
+
+def test_gpt_tiny_at_8_sends_the_oracles_bytes_without_common_expression_elimination(monkeypatch):
+    """gpt-tiny at k = 8: every device computes the causal mask's positions (an ``arange``, no input) whole
+    and keeps its slice. MXNet's common-expression elimination merges such identical computations across
+    devices and then sends fewer pieces than the plan builds (24 B fewer here); without it, MXNet copies
+    exactly what the byte oracle counts."""
+    graph = load_graph("gpt-tiny", ModelOptions(batch=BATCH["gpt-tiny"]))
+    plan = plan_graph(graph, 8, "tofu")
+    shared = count(graph, plan).shared
+    values = {**initial_values(graph), **synthetic_batch(graph)}
+    merged = sum(c.nbytes for c in Trainer(partitioned(graph, plan), values).copies())
+    monkeypatch.setenv("MXNET_ELIMINATE_COMMON_EXPR", "0")
+    exact = sum(c.nbytes for c in Trainer(partitioned(graph, plan), values).copies())
+    assert exact == shared
+    assert merged <= shared
