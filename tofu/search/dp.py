@@ -156,10 +156,9 @@ def _expand(layer: dict, width: int, fixed, base_s, combos, picks, sizes) -> tup
     heads = order[np.r_[True, code[order][1:] != code[order][:-1]]]             # per code: least, then first
     first = np.unique(code, return_index=True)[1]                                # per code: its first pair
     heads = heads[np.argsort(first, kind="stable")]
-    nxt, back = {}, {}
     state_of = list(layer)
-    for h in heads.tolist():
-        key = tuple(keys[h].tolist())
-        nxt[key] = float(total[h])
-        back[key] = (state_of[h // n_c], combos[h % n_c][0], int(best_s[h]))
+    keys_at = [tuple(k) for k in keys[heads].tolist()]       # one conversion for all heads, not one per head
+    nxt = dict(zip(keys_at, total[heads].tolist()))
+    back = {key: (state_of[i], combos[c][0], s) for key, i, c, s in
+            zip(keys_at, (heads // n_c).tolist(), (heads % n_c).tolist(), best_s[heads].tolist())}
     return nxt, back
