@@ -25,6 +25,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from experiments.plotstyle import save  # noqa: E402
+
 DIM_COLORS = ("#4393c3", "#f4a582", "#5aae61", "#b2abd2", "#fee08b", "#bababa")   # dims 0-4, then the rest
 REPLICATED = "#ffffff"
 
@@ -109,10 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     ax.tick_params(which="minor", length=0)
     subtitle = ";  ".join(title for title, _ in loaded)
     ax.set_title(f"{args.title}\n{subtitle}" if args.title else subtitle, fontsize=9, pad=34)
-    fig.tight_layout()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=110)
-    print(f"wrote {args.out}")
+    save(fig, args.out, dpi=110)
     return 0
 
 

@@ -17,7 +17,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.plotstyle import Algo  # noqa: E402
+from experiments.plotstyle import Algo, save  # noqa: E402
 
 
 KNOWN = {a.key for a in Algo}
@@ -60,10 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.set_xticks(workers)
     axes[0][0].set_ylabel("measured / predicted bytes")
     axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=120)
-    print(f"wrote {args.out}")
+    save(fig, args.out)
     return 0
 
 

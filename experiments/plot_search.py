@@ -17,7 +17,7 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from experiments.plotstyle import Algo  # noqa: E402
+from experiments.plotstyle import Algo, save  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -46,10 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     bx.bar(range(len(models)), [seconds.get(m, float("nan")) for m in models], color=Algo.TOFU.color)
     bx.set_ylabel("Tofu search (s)")
     bx.set_xticks(range(len(models)), models, rotation=60, ha="right", fontsize=8)
-    fig.tight_layout()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(args.out, dpi=120)
-    print(f"wrote {args.out}")
+    save(fig, args.out)
     return 0
 
 

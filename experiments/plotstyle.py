@@ -23,3 +23,11 @@ class Algo(enum.Enum):
             if a.key == key:
                 return a
         raise KeyError(key)
+
+
+def save(fig, out, dpi: int = 120) -> None:
+    """Writes ``fig`` to ``out`` (its folder made if missing) and says so."""
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=dpi)
+    print(f"wrote {out}")
