@@ -42,8 +42,10 @@ def solve_dp(p: CutProblem) -> CutSolution:
         for t in g.tensors():
             last[t] = i
     frontier: tuple[int, ...] = ()
-    layer: dict[tuple[int, ...], float] = {(): 0.0}
-    history = []      # per op group: (frontier before, persistent new, transient, back pointers)
+    # a layer: its states (one row of frontier choices each, in order of first reach) and their least costs
+    states = np.zeros((1, 0), dtype=np.int64)
+    costs = np.zeros(1)
+    history = []      # per op group: (frontier before, its states, persistent new, transient, combos, back)
     seen: set[int] = set()
     for i, g in enumerate(p.ops):
         touched = list(dict.fromkeys(g.tensors()))
@@ -63,55 +65,62 @@ def solve_dp(p: CutProblem) -> CutSolution:
         pers = [agg[t] for t in persistent]
         # where each kept tensor group's choice comes from: the old state or the enumerated combination
         source = [(0, pos[t]) if t in pos else (1, persistent.index(t)) for t in kept]
-        nxt: dict[tuple[int, ...], float] = {}
-        back: dict[tuple[int, ...], tuple] = {}
         ranges = [range(len(p.tensors[t].choices)) for t in persistent]
         # the persistent tensor groups' cost per combination and strategy does not depend on the state
         combos = [(combo, [sum(tb[s][ch] for tb, ch in zip(pers, combo)) for s in range(n_s)])
                   for combo in itertools.product(*ranges)]
-        strategies = range(n_s)
         width = len(frontier)
         picks = [j if src == 0 else width + j for src, j in source]          # of state + combo
-        if len(layer) * len(combos) * n_s >= _VECTOR_FROM:
-            nxt, back = _expand(layer, width, fixed, base_s, combos, picks, [len(p.tensors[t].choices) for t in kept])
-            history.append((frontier, tuple(persistent), tuple(transient), back))
-            seen.update(new)
-            frontier, layer = tuple(kept), nxt
-            continue
-        key_of = _picker(picks)
-        for state, base in layer.items():
-            fixed_cost = [base_s[s] + sum(tb[s][state[j]] for j, tb in fixed) for s in strategies]
-            for combo, extra in combos:
-                costs = [a + b for a, b in zip(fixed_cost, extra)] if persistent else fixed_cost
-                best = min(costs)
-                total = base + best
-                key = key_of(state + combo)
-                old = nxt.get(key)
-                if old is None or total < old:
-                    nxt[key] = total
-                    back[key] = (state, combo, costs.index(best))
-        history.append((frontier, tuple(persistent), tuple(transient), back))
+        expand = _expand if len(costs) * len(combos) * n_s >= _VECTOR_FROM else _loop
+        nxt_states, nxt_costs, back = expand(states, costs, fixed, base_s, combos, picks,
+                                             [len(p.tensors[t].choices) for t in kept])
+        history.append((frontier, states, tuple(persistent), tuple(transient), combos, back))
         seen.update(new)
-        frontier, layer = tuple(kept), nxt
+        frontier, states, costs = tuple(kept), nxt_states, nxt_costs
     # backtrack from the single empty frontier
     x = [0] * len(p.tensors)
     y = [0] * n_ops
-    key: tuple[int, ...] = ()
-    cost = layer[()]
+    row = 0
+    cost = float(costs[0])
     for i in range(n_ops - 1, -1, -1):
-        frontier_before, persistent, transient, back = history[i]
-        state, combo, s = back[key]
+        frontier_before, before, persistent, transient, combos, (rows, combo_at, strategy_at) = history[i]
+        s = int(strategy_at[row])
         y[i] = s
-        for t, c in zip(persistent, combo):
+        for t, c in zip(persistent, combos[int(combo_at[row])][0]):
             x[t] = c
         g = p.ops[i]
         for t in transient:
             x[t] = min(range(len(p.tensors[t].choices)),
                        key=lambda c: sum(tb[s][c] for tt, tb in g.terms if tt == t))
-        for t, c in zip(frontier_before, state):
+        row = int(rows[row])
+        for t, c in zip(frontier_before, before[row].tolist()):
             x[t] = c
-        key = state
     return CutSolution(tuple(x), tuple(y), cost)
+
+
+def _loop(states, costs, fixed, base_s, combos, picks, sizes):
+    """One layer of the recurrence, state by state (small layers): the next states in order of their first
+    (state, combination) pair, each with its least cost (the first pair reaching it on ties) and where that
+    came from (state row, combination, strategy)."""
+    key_of = _picker(picks)
+    strategies = range(len(base_s))
+    nxt: dict[tuple[int, ...], float] = {}
+    back: dict[tuple[int, ...], tuple] = {}
+    for r, (state, base) in enumerate(zip(map(tuple, states.tolist()), costs.tolist())):
+        fixed_cost = [base_s[s] + sum(tb[s][state[j]] for j, tb in fixed) for s in strategies]
+        for c, (combo, extra) in enumerate(combos):
+            cand = [a + b for a, b in zip(fixed_cost, extra)] if combo else fixed_cost
+            best = min(cand)
+            total = base + best
+            key = key_of(state + combo)
+            old = nxt.get(key)
+            if old is None or total < old:
+                nxt[key] = total
+                back[key] = (r, c, cand.index(best))
+    keys = list(nxt)
+    rows, combo_at, strategy_at = zip(*(back[k] for k in keys))
+    return (np.array(keys, dtype=np.int64).reshape(len(keys), len(picks)), np.array([nxt[k] for k in keys]),
+            (rows, combo_at, strategy_at))
 
 
 def _picker(indices: list[int]):
@@ -128,12 +137,11 @@ _VECTOR_FROM = 256
 """Layers with at least this many (state, combination, strategy) triples are expanded with numpy."""
 
 
-def _expand(layer: dict, width: int, fixed, base_s, combos, picks, sizes) -> tuple[dict, dict]:
+def _expand(states, costs, fixed, base_s, combos, picks, sizes):
     """One layer of the recurrence with numpy, equal to the loop in :func:`solve_dp` term for term: the same
     additions in the same order, the first least strategy, and per next state the first least (state,
     combination) pair in the loop's order, next states in order of their first pair."""
-    states = np.array(list(layer), dtype=np.int64).reshape(len(layer), width)
-    base = np.fromiter(layer.values(), dtype=float, count=len(layer))
+    base = costs
     acc = np.zeros((len(states), len(base_s)))
     for j, tb in fixed:
         acc = acc + np.asarray(tb, dtype=float)[:, states[:, j]].T
@@ -156,9 +164,4 @@ def _expand(layer: dict, width: int, fixed, base_s, combos, picks, sizes) -> tup
     heads = order[np.r_[True, code[order][1:] != code[order][:-1]]]             # per code: least, then first
     first = np.unique(code, return_index=True)[1]                                # per code: its first pair
     heads = heads[np.argsort(first, kind="stable")]
-    state_of = list(layer)
-    keys_at = [tuple(k) for k in keys[heads].tolist()]       # one conversion for all heads, not one per head
-    nxt = dict(zip(keys_at, total[heads].tolist()))
-    back = {key: (state_of[i], combos[c][0], s) for key, i, c, s in
-            zip(keys_at, (heads // n_c).tolist(), (heads % n_c).tolist(), best_s[heads].tolist())}
-    return nxt, back
+    return keys[heads], total[heads], (heads // n_c, heads % n_c, best_s[heads])
