@@ -230,3 +230,18 @@ def test_inspect_bad_device_memory_exits_2(capsys):
                                            ("1024", 1024), ("1.5 KiB", 1536)])
 def test_parse_bytes(text, expected):
     assert cli.parse_bytes(text) == expected
+
+
+def test_plan_figure_draws_the_chosen_tensors_and_refuses_bad_choices(capsys, tmp_path):
+    out = tmp_path / "plan.png"
+    rc, _, _ = run(capsys, "plan", "gpt-tiny", "--batch", "4", "--workers", "4", "--figure", str(out),
+                   "--figure-tensors", "^block0_")
+    assert rc == 0 and out.stat().st_size > 10_000
+    assert_one_line_error(*run(capsys, "plan", "mlp", "--workers", "2", "--figure", str(out),
+                               "--figure-tensors", "("), "tensor pattern")
+    assert_one_line_error(*run(capsys, "plan", "mlp", "--workers", "2", "--figure", str(out),
+                               "--figure-tensors", "^nothing"), "no tensor matches")
+    assert_one_line_error(*run(capsys, "plan", "wresnet-50-4", "--workers", "2", "--figure", str(out)),
+                          "make a readable figure")
+    assert_one_line_error(*run(capsys, "plan", "mlp", "--workers", "2", "--figure",
+                               str(tmp_path / "missing" / "p.png")), "cannot write figure")

@@ -50,8 +50,12 @@ def test_plot_plan_draws_two_plans_and_refuses_bad_input(tmp_path, capsys):
         paths.append(str(tmp_path / f"{algo}.json"))
         assert tofu_main(["plan", "gpt-tiny", "--batch", "4", "--workers", "4", "--algo", algo,
                           "--out", paths[-1]]) == 0
-    _, tofu_cols = plot_plan.load_columns(tmp_path / "tofu.json")
-    _, megatron_cols = plot_plan.load_columns(tmp_path / "megatron.json")
+    import json
+
+    from tofu.figures import plan_columns
+
+    tofu_cols = plan_columns(json.loads((tmp_path / "tofu.json").read_text())).columns
+    megatron_cols = plan_columns(json.loads((tmp_path / "megatron.json").read_text())).columns
     assert [c.factor for c in tofu_cols] == [2, 2] and [c.factor for c in megatron_cols] == [4]
     # the second cut sees the shapes the first left: a tensor the first cut split is half as long there
     for name, d in tofu_cols[0].dims.items():

@@ -355,6 +355,11 @@ def cmd_plan(args) -> int:
         plan = plan_graph(graph, 8 if args.workers is None else args.workers, args.algo)
         if args.out:
             plan.save(args.out)
+    if args.figure:
+        from tofu.figures import draw, plan_columns
+
+        draw([plan_columns(plan.to_json())], args.figure_tensors, args.figure,
+             f"{plan.model}, {plan.workers} workers")
     if args.json:
         doc = plan.to_json()
         if not args.steps:
@@ -512,6 +517,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load", metavar="PLAN.json", help="show a saved plan (checked against the model)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--steps", action="store_true", help="with --json: include every tensor's and op's split")
+    p.add_argument("--figure", metavar="PLAN.png", help="draw each chosen tensor's split at every cut")
+    p.add_argument("--figure-tensors", metavar="REGEX", default="",
+                   help="with --figure: the tensors to draw (default every tensor, at most 150)")
     p.set_defaults(run=cmd_plan)
 
     p = sub.add_parser("run", help="train a model partitioned over K devices, measured (--check: against one)")
