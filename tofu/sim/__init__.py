@@ -1,0 +1,11 @@
+"""``tofu.sim``: a performance model of one training iteration of a partitioned graph on a named machine.
+
+``hardware`` (profiles: ``k80x8``, ``v100x8``, ``cpu``), ``flops`` (an op's work from its TDL description),
+``model`` (per-call roofline time, per-step communication over the interconnect, the iteration), ``calibrate``
+(the ``cpu`` profile, measured with MXNet). See docs/sim.md.
+"""
+from tofu.sim.hardware import K80X8, V100X8, Efficiency, Level, Profile, profile
+from tofu.sim.model import IterationEstimate, Overlap, simulate
+
+__all__ = ["K80X8", "V100X8", "Efficiency", "IterationEstimate", "Level", "Overlap", "Profile", "profile",
+           "simulate"]

@@ -1,0 +1,126 @@
+"""Work of one operator call, derived from its TDL description: floating-point operations and bytes.
+
+Input: an :class:`~tofu.tdl.describe.OpDescription` (an op instantiated for concrete shapes). Output: an
+:class:`OpWork` (forward FLOPs, bytes read and written, the op's class, the inputs its contraction reads).
+
+Nothing here is written per operator. The count walks the description's value expressions:
+
+    ops(const) = ops(access) = 0            (an access with data-dependent indices: the ops of its indices)
+    ops(f(a)) = 1 + ops(a);  ops(a . b) = 1 + ops(a) + ops(b)      (arithmetic, comparisons, selections)
+    ops(a + 0) = ops(a - 0) = ops(a * 1) = ops(a / 1) = ops(a)      (an absent term, e.g. no bias)
+    ops(Reduce_{v in V} body) = |V| (ops(body) + 1)                 (one accumulation per term)
+    FLOPs = sum_outputs |output| ops(body) + sum_computed |tensor| ops(tensor's body)
+
+So a matrix product out[i, j] = Sum_k A[i, k] B[k, j] costs |out| K (1 + 1) = 2 N K M, a convolution
+2 |out| C_in prod(kernel), an element-wise ``a + b`` |out|. A computed intermediate (BatchNorm's batch mean) is
+counted once, not at each access. An opaque function counts one operation per element it reads (ours: a
+placeholder, no described op in the evaluated models uses one). Bytes are the minimal traffic: every input
+read once and every output written once, ``itemsize`` bytes per element.
+"""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from tofu.tdl.describe import OpDescription
+from tofu.tdl.expr import (Access, Binary, Compare, Computed, Const, IndexValue, OpaqueCall, Reduce, Select,
+                           TensorVar, Unary, Uses, ValueExpr, children)
+
+
+class OpClass(enum.Enum):
+    CONTRACTION = "contraction"     # a reduction whose terms read two or more inputs: GEMM, convolution
+    OTHER = "other"                 # element-wise, pooling, normalisation, softmax, reshapes
+
+
+@dataclass(frozen=True)
+class OpWork:
+    """One call of an op, forward only.
+
+    Attributes:
+        flops: floating-point operations (see the module docstring).
+        bytes: inputs read once plus outputs written once.
+        op_class: :class:`OpClass`.
+        contracted: names of the inputs read inside a contraction (each has a backward contraction of the
+            forward's size when it has a gradient).
+    """
+
+    flops: float
+    bytes: float
+    op_class: OpClass
+    contracted: frozenset[str]
+
+
+def _ops(e: ValueExpr) -> float:
+    """Operations per evaluation of ``e`` (accesses of computed tensors are free here, counted once apart)."""
+    if isinstance(e, (Const, IndexValue)):
+        return 0.0
+    if isinstance(e, Access):
+        return sum(_ops(i) for i in e.index if isinstance(i, ValueExpr))
+    if isinstance(e, Binary) and _identity(e):
+        return _ops(e.lhs)
+    if isinstance(e, (Unary, Binary, Compare, Select)):
+        return 1.0 + sum(_ops(c) for c in children(e))
+    if isinstance(e, Reduce):
+        return math.prod(e.extents) * (_ops(e.body) + 1.0)
+    if isinstance(e, Uses):
+        return _ops(e.value)                  # the declared reads are not computed on
+    if isinstance(e, OpaqueCall):
+        return float(sum(math.prod(a.tensor.shape) for a in e.args))
+    raise TypeError(f"not a TDL value: {e!r}")
+
+
+def _identity(e: Binary) -> bool:
+    """``x + 0``, ``x - 0``, ``x * 1``, ``x / 1``: a description's absent term (no bias), not computed."""
+    unit = {"add": 0.0, "sub": 0.0, "mul": 1.0, "div": 1.0}.get(e.fn)
+    return unit is not None and isinstance(e.rhs, Const) and e.rhs.value == unit
+
+
+def _nodes(e: ValueExpr):
+    stack = [e]
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(children(x))
+
+
+def _computed(bodies) -> list[Computed]:
+    """Every computed tensor the bodies reach, nested ones included, each once."""
+    found: dict[int, Computed] = {}
+    stack = list(bodies)
+    while stack:
+        for x in _nodes(stack.pop()):
+            if isinstance(x, Access) and isinstance(x.tensor, Computed) and id(x.tensor) not in found:
+                found[id(x.tensor)] = x.tensor
+                stack.append(x.tensor.body)
+    return list(found.values())
+
+
+def _inputs_read(e: ValueExpr) -> set[str]:
+    """Names of the input tensors ``e`` reads, through computed tensors too."""
+    names = set()
+    for x in _nodes(e):
+        if isinstance(x, Access):
+            if isinstance(x.tensor, TensorVar):
+                names.add(x.tensor.name)
+            elif isinstance(x.tensor, Computed):
+                names |= _inputs_read(x.tensor.body)
+    return names
+
+
+def op_work(desc: OpDescription, itemsize: int = 4) -> OpWork:
+    """The forward work of ``desc`` (one call, on the shapes it was described for)."""
+    bodies = [o.body for o in desc.outputs]
+    computed = _computed(bodies)
+    flops = sum(math.prod(o.shape) * _ops(o.body) for o in desc.outputs)
+    flops += sum(math.prod(c.shape) * _ops(c.body) for c in computed)
+    contracted: set[str] = set()
+    for body in bodies + [c.body for c in computed]:
+        for x in _nodes(body):
+            if isinstance(x, Reduce):
+                read = _inputs_read(x.body)
+                if len(read) >= 2:
+                    contracted |= read
+    elements = sum(math.prod(t.shape) for t in desc.inputs) + sum(math.prod(o.shape) for o in desc.outputs)
+    return OpWork(float(flops), float(elements * itemsize),
+                  OpClass.CONTRACTION if contracted else OpClass.OTHER, frozenset(contracted))

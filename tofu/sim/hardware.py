@@ -1,0 +1,160 @@
+"""Hardware profiles of the performance model: what one device computes and how devices are linked.
+
+Input: nothing (datasheet constants) or a calibration (:mod:`tofu.sim.calibrate` for this CPU). Output:
+:class:`Profile` values, looked up by name with :func:`profile`.
+
+A device runs an op in the roofline time of :mod:`tofu.sim.model`; it has ``peak_flops`` (FP32),
+``mem_bandwidth`` and ``memory_bytes``. The interconnect is a hierarchy of :class:`Level` values, innermost
+first: a level groups ``size`` consecutive devices into one *domain*, and each domain reaches the other domains
+of its parent over one uplink of ``bandwidth`` bytes/s per direction (full duplex). Devices 0..n-1 are numbered
+so that the domains are runs of consecutive ids, as the plan numbers its workers (the first cut's groups vary
+slowest, see :func:`tofu.analysis.compose.coordinates`), so a plan's first cut separates the largest domains.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 1e9
+GiB = 2 ** 30
+
+
+@dataclass(frozen=True)
+class Level:
+    """One level of the interconnect: domains of ``size`` devices, each with an uplink of ``bandwidth`` bytes/s
+    per direction to the rest of the next level's domain. ``shared``: the level's domains all use one link (a
+    memory bus), so its bandwidth is divided among them instead of multiplied."""
+
+    name: str
+    size: int
+    bandwidth: float
+    shared: bool = False
+
+    def __post_init__(self):
+        if self.size < 1 or self.bandwidth <= 0:
+            raise ValueError(f"level {self.name}: size {self.size} and bandwidth {self.bandwidth} must be positive")
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The fraction of a peak an op class reaches (:mod:`tofu.sim.model`).
+
+    Attributes:
+        contraction: of ``peak_flops``, for ops whose reduction multiplies two inputs (GEMM, convolution).
+        other: of ``peak_flops``, for every other op (element-wise, pooling, normalisation; memory-bound anyway).
+        memory: of ``mem_bandwidth``, for every op.
+    """
+
+    contraction: float
+    other: float
+    memory: float
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A machine of ``devices`` identical devices.
+
+    Attributes:
+        name: the profile's name (``k80x8``).
+        devices: how many devices the machine has (a plan may use fewer).
+        peak_flops: one device's peak FP32 FLOP/s.
+        mem_bandwidth: one device's memory bandwidth, bytes/s.
+        memory_bytes: one device's memory capacity.
+        levels: the interconnect, innermost level first (see the module docstring).
+        host_bandwidth: bytes/s per direction between one device and host memory (what swapping uses).
+        launch_seconds: fixed cost of one kernel (or one engine op), added to each op's roofline time.
+        efficiency: the fractions of the peaks each op class reaches.
+        concurrency: how many devices compute at the same time (GPUs: all; CPU contexts share the cores, and
+            each kernel already uses all of them: 1).
+        source: where the numbers come from, in one line.
+        step_seconds: fixed cost of one iteration beyond its kernels (the executor's forward and backward calls).
+        contraction_launch_seconds: fixed cost of one contraction kernel (None: ``launch_seconds``; on a CPU a
+            small GEMM call costs far more than an element-wise op that MXNet's engine runs in bulk).
+        update_launch_seconds: fixed cost of one parameter update call (None: ``launch_seconds``; the runtime
+            issues updates one by one, outside the bound graph).
+    """
+
+    name: str
+    devices: int
+    peak_flops: float
+    mem_bandwidth: float
+    memory_bytes: float
+    levels: tuple[Level, ...]
+    host_bandwidth: float
+    launch_seconds: float
+    efficiency: Efficiency
+    concurrency: int
+    source: str
+    step_seconds: float = 0.0
+    update_launch_seconds: float | None = None
+    contraction_launch_seconds: float | None = None
+
+    @property
+    def contraction_launch(self) -> float:
+        return self.launch_seconds if self.contraction_launch_seconds is None else self.contraction_launch_seconds
+
+    @property
+    def update_launch(self) -> float:
+        return self.launch_seconds if self.update_launch_seconds is None else self.update_launch_seconds
+
+    def __post_init__(self):
+        sizes = [lv.size for lv in self.levels]
+        if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
+            raise ValueError(f"profile {self.name}: level sizes {sizes} must increase")
+        for inner, outer in zip(sizes, sizes[1:]):
+            if outer % inner:
+                raise ValueError(f"profile {self.name}: level size {outer} is not a multiple of {inner}")
+
+
+K80X8 = Profile(
+    name="k80x8", devices=8,
+    # One GK210 die (one p2 "GPU"): 2496 CUDA cores x 2 FLOP (FMA) x 875 MHz boost = 4.37 TFLOP/s, which is half
+    # the board's 8.73 TFLOP/s (NVIDIA Tesla K80 datasheet, "Peak single precision, GPU Boost"); half the board's
+    # 480 GB/s GDDR5 bandwidth and half its 24 GB memory (same datasheet).
+    peak_flops=4.37e12, mem_bandwidth=240 * GB, memory_bytes=12 * GB,
+    # The p2.8xlarge's PCIe tree as we assume it (ours: the paper gives only the two bandwidths): the two dies of
+    # one K80 board sit behind the board's PCIe switch (a "pair"); two boards share one PCIe switch (a "quad");
+    # the two quads meet at the CPU's root complex. Peer-to-peer inside a switch runs at the paper's 21 GB/s
+    # (PAPER.md, section 7); a transfer between the quads crosses the root and is bounded by the paper's
+    # CPU-GPU 10 GB/s on each quad's one uplink (ours: the root complex forwards peer traffic no faster than host
+    # traffic). So a plan's first cut of 8 crosses the root, the second stays in a quad, the third in a pair.
+    levels=(Level("die", 1, 21 * GB), Level("pair", 2, 21 * GB), Level("quad", 4, 10 * GB)),
+    host_bandwidth=10 * GB,                 # PAPER.md: CPU-GPU 10 GB/s
+    launch_seconds=10e-6,                   # ours: a CUDA kernel launch plus MXNet's engine push, order 10 us
+    # ours, stated and not fitted: cuBLAS/cuDNN FP32 on Kepler reach about 60% of peak on large GEMM-like ops;
+    # ECC on (EC2's default) leaves about 75% of GDDR5's peak bandwidth to a streaming kernel.
+    efficiency=Efficiency(contraction=0.6, other=0.6, memory=0.75),
+    concurrency=8,
+    source="NVIDIA Tesla K80 datasheet (per GK210 die); Tofu paper section 7 (21 GB/s P2P, 10 GB/s CPU-GPU)")
+
+V100X8 = Profile(
+    name="v100x8", devices=8,
+    # Tesla V100 SXM2 (NVIDIA V100 datasheet): 15.7 TFLOP/s FP32, 900 GB/s HBM2, 16 GB (the p3.16xlarge's).
+    peak_flops=15.7e12, mem_bandwidth=900 * GB, memory_bytes=16 * GB,
+    # NVLink 2.0: six links of 25 GB/s per direction per GPU (datasheet: 300 GB/s total, both directions). The
+    # DGX-1 / p3.16xlarge hybrid cube-mesh (NVIDIA DGX-1 V100 whitepaper) joins each quad of GPUs all-to-all
+    # and each GPU to one GPU of the other quad. Ours: inside a quad a GPU reaches its 3 peers over at least
+    # one link each, we count 2 links (50 GB/s) per GPU as the bandwidth it sends to its quad under an even
+    # all-to-all; across quads each GPU has one link (25 GB/s) to the other quad.
+    levels=(Level("gpu", 1, 50 * GB), Level("quad", 4, 4 * 25 * GB)),
+    host_bandwidth=16 * GB,                  # PCIe 3.0 x16: 15.75 GB/s per direction (PCIe 3.0 specification)
+    launch_seconds=5e-6,                     # ours: order of a CUDA kernel launch
+    efficiency=Efficiency(contraction=0.7, other=0.7, memory=0.8),   # ours, stated and not fitted
+    concurrency=8,
+    source="NVIDIA Tesla V100 datasheet (SXM2), DGX-1 V100 whitepaper (hybrid cube-mesh NVLink)")
+
+GPU_PROFILES = {p.name: p for p in (K80X8, V100X8)}
+NAMES = (*GPU_PROFILES, "cpu")
+
+
+def profile(name: str) -> Profile:
+    """The profile called ``name``: ``k80x8``, ``v100x8`` or ``cpu`` (this machine, measured and cached).
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name in GPU_PROFILES:
+        return GPU_PROFILES[name]
+    if name == "cpu":
+        from tofu.sim.calibrate import cpu_profile     # measures with MXNet; only this profile needs it
+        return cpu_profile()
+    raise ValueError(f"unknown hardware profile '{name}'; known: {', '.join(NAMES)}")
