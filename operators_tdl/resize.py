@@ -1,17 +1,23 @@
-"""TDL descriptions of the resizing and padding family: UpSampling (nearest), Pad (constant, edge, reflect).
+"""TDL descriptions of the resizing and padding family: UpSampling (nearest, bilinear), BilinearResize2D, Pad
+(constant, edge, reflect).
 
 Each output element reads input elements at indices that are affine in the output's, or floor divisions of
-them: nearest upsampling by ``s`` reads ``y // s``; padding reads ``y - before``, with the border rule of its
-mode written as selections on the index (constant: the fill value outside the tensor).
+them: nearest upsampling by ``s`` reads ``y // s``; bilinear upsampling is MXNet's depthwise Deconvolution
+(reads ``(y + pad - dy) / s`` where exact); bilinear resizing reads the two rows ``floor(src)`` and
+``ceil(src)`` around a source position ``src = num(y) / den`` that is a fraction affine in ``y``, weighted by
+``num(y) % den``; padding reads ``y - before``, with the border rule of its mode written as selections on the
+index (constant: the fill value outside the tensor).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from operators_tdl.conv import DeconvolutionAttrs, deconvolution
 from tofu.errors import TDLError
 from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import IndexExpr, IndexValue, TensorVar, ValueExpr, ge, lt, where
+from tofu.tdl.expr import IndexExpr, IndexValue, TensorVar, ValueExpr, Var, ge, lt, where
 
 
 @dataclass(frozen=True)
@@ -19,22 +25,110 @@ class UpSamplingAttrs:
     scale: int
     sample_type: str = "nearest"
     num_args: int = 1
+    num_filter: int = 0             # bilinear: the deconvolution's filters (and groups), one per channel
 
 
 @tdl_op("UpSampling", inputs=("*data",), attrs=UpSamplingAttrs, cases=[
     Case(shapes=((2, 3, 2, 3),), attrs={"scale": 2, "sample_type": "nearest", "num_args": 1}),
     Case(shapes=((1, 2, 3, 2),), attrs={"scale": 3, "sample_type": "nearest", "num_args": 1}),
+    # bilinear: data and the (C, 1, K, K) weight; channels and output extents divisible by 2 and 4 workers
+    Case(shapes=((2, 4, 4, 6), (4, 1, 4, 4)),
+         attrs={"scale": 2, "sample_type": "bilinear", "num_filter": 4, "num_args": 1}),
+    Case(shapes=((1, 4, 4, 4), (4, 1, 5, 5)),
+         attrs={"scale": 3, "sample_type": "bilinear", "num_filter": 4, "num_args": 2}),
 ])
 def up_sampling(data: Sequence[TensorVar], attrs: UpSamplingAttrs) -> Callable:
-    """out[n, c, y, x] = data[n, c, y // scale, x // scale]  (nearest, one input)."""
+    """out[n, c, y, x] = data[n, c, y // s, x // s] (nearest, one input); bilinear: sum_{dy, dx} data[n, c,
+    (y + p - dy) / s, (x + p - dx) / s] * weight[c, 0, dy, dx] where both divisions are exact and in range,
+    K = 2s - s % 2 taps, p = ceil((s - 1) / 2)  (MXNet: Deconvolution, stride s, num_group = num_filter = C)."""
+    s = attrs.scale
+    if attrs.sample_type == "bilinear":
+        if len(data) != 2:
+            raise TDLError(f"UpSampling: bilinear sampling reads data and weight, got {len(data)} inputs")
+        x, weight = data
+        if x.ndim != 4 or attrs.num_filter != x.shape[1]:
+            raise TDLError(f"UpSampling: bilinear sampling of data {x.shape} with num_filter={attrs.num_filter}; "
+                           f"MXNet upsamples NCHW with one filter per channel")
+        taps, pad = 2 * s - s % 2, math.ceil((s - 1) / 2)
+        return deconvolution(x, weight, None, DeconvolutionAttrs(
+            kernel=(taps, taps), num_filter=attrs.num_filter, stride=(s, s), pad=(pad, pad),
+            num_group=attrs.num_filter, no_bias=True))
     if attrs.sample_type != "nearest" or len(data) != 1:
-        raise TDLError(f"UpSampling: only nearest sampling of one input is described, got "
+        raise TDLError(f"UpSampling: only nearest sampling of one input and bilinear sampling are described, got "
                        f"sample_type={attrs.sample_type} with {len(data)} inputs")
     (x,) = data
     if x.ndim != 4:
         raise TDLError(f"UpSampling: data of rank {x.ndim}; MXNet upsamples NCHW")
-    s = attrs.scale
     return lambda n, c, y, w: x[n, c, y // s, w // s]
+
+
+@dataclass(frozen=True)
+class BilinearResize2DAttrs:
+    mode: str = "size"              # height, width and the scales only set the output shape (MXNet infers it)
+    align_corners: bool = True
+
+
+# the modes whose output shape MXNet derives from data alone; "like" reads a second input's shape
+_RESIZE_MODES = ("size", "odd_scale", "to_even_down", "to_even_up", "to_odd_down", "to_odd_up")
+
+
+def _source(y: Var, n_in: int, n_out: int, align_corners: bool) -> tuple[IndexExpr, int]:
+    """The source position of output index ``y`` as a reduced fraction ``(num, den)``: ``num / den`` is
+    ``y (n_in - 1) / (n_out - 1)`` with aligned corners, else ``(y + 1/2) n_in / n_out - 1/2``; it is ``y``
+    when the extent is kept and 0 when the output has one element (MXNet's ratio 0)."""
+    if n_in == n_out:
+        return y, 1
+    if n_out == 1:
+        return y * 0, 1
+    coeff, const, den = (n_in - 1, 0, n_out - 1) if align_corners else (2 * n_in, n_in - n_out, 2 * n_out)
+    g = math.gcd(coeff, const, den)
+    return y * (coeff // g) + const // g, den // g
+
+
+def _taps(y: Var, n_in: int, n_out: int, align_corners: bool) -> list[tuple[IndexExpr, ValueExpr | None]]:
+    """The input indices one output index reads along one axis, with their weights (None: weight 1):
+    ``floor(src)`` and ``ceil(src)``, weighted ``1 - f`` and ``f`` for the fraction ``f`` of ``src``, where
+    ``src`` is clipped to ``[0, n_in - 1]`` (a read past the tensor then weighs 0)."""
+    num, den = _source(y, n_in, n_out, align_corners)
+    if den == 1:
+        return [(num, None)]
+    frac = IndexValue(num % den) / float(den)
+    if not align_corners and n_in < n_out:       # upsampling reaches past both borders: src is clipped
+        frac = where(lt(IndexValue(num), 0), 1.0, where(ge(IndexValue(num), (n_in - 1) * den), 0.0, frac))
+    return [(num // den, 1.0 - frac), ((num + den - 1) // den, frac)]
+
+
+@tdl_op("_contrib_BilinearResize2D", inputs=("data", "like?"), attrs=BilinearResize2DAttrs, cases=[
+    # aligned corners: rows up by 3 (src = y / 3), columns down by 2 (src = 2 x, one tap)
+    Case(shapes=((1, 4, 6, 7),), attrs={"height": 16, "width": 4}),
+    # half-pixel centres, up by 2: src = (2 y - 1) / 4 is clipped at both borders
+    Case(shapes=((1, 4, 4, 6),), attrs={"height": 8, "width": 12, "align_corners": False}),
+    # half-pixel centres, down by 2: src = 2 y + 1/2
+    Case(shapes=((2, 4, 16, 16),), attrs={"height": 8, "width": 8, "align_corners": False}),
+    # a mode that derives the output shape: odd extents (5 - 1) * 2 + 1
+    Case(shapes=((1, 4, 5, 5),), attrs={"mode": "odd_scale", "scale_height": 2.0, "scale_width": 2.0}),
+])
+def bilinear_resize_2d(data: TensorVar, like: TensorVar | None, attrs: BilinearResize2DAttrs, *,
+                       out_shapes: Sequence[tuple[int, ...]]) -> Callable:
+    """out[n, c, y, x] = sum_{a, b} wy_a(y) wx_b(x) data[n, c, iy_a(y), ix_b(x)]: the source position
+    src = num(y) / den (affine num: y (H - 1) / (OH - 1) with aligned corners, else (y + 1/2) H / OH - 1/2,
+    clipped to [0, H - 1]) reads iy = floor(src), ceil(src) with weights 1 - f, f, f = (num % den) / den."""
+    if attrs.mode not in _RESIZE_MODES or like is not None:
+        raise TDLError(f"_contrib_BilinearResize2D: mode '{attrs.mode}' is not described ({', '.join(_RESIZE_MODES)})")
+    if data.ndim != 4:
+        raise TDLError(f"_contrib_BilinearResize2D: data of rank {data.ndim}; MXNet resizes NCHW")
+    (_, _, height, width), (_, _, out_height, out_width) = data.shape, out_shapes[0]
+
+    def out(n: Var, c: Var, y: Var, x: Var) -> ValueExpr:
+        total = None
+        for iy, wy in _taps(y, height, out_height, attrs.align_corners):
+            for ix, wx in _taps(x, width, out_width, attrs.align_corners):
+                term = data.at((n, c, iy, ix), fill=0.0)
+                for weight in (wy, wx):
+                    term = term if weight is None else weight * term
+                total = term if total is None else total + term
+        return total
+    return out
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ Two ways of running go beyond "the kernel's output is the worker's part", both p
   average pooling) runs as the shard's mean times ``c_shard / c_full`` (the proof compares R alone);
 * ``keep``: the kernel computes more than the worker's part along the split dimension, and the worker keeps
   its part: a halo split run on the region with its halo (LRN across channels: the kernel's border channels
-  see a cut window and are dropped), a reshape of the longer piece a flattened split reads. The proof covers
+  see a cut window and are dropped), a reshape of the longer piece a flattened split reads, a resize of the
+  piece at the full operator's rate (bilinear resizing: the output extent follows the piece). The proof covers
   the kept part only, at each possible start in the kernel's output. The worker reads its regions as before.
 
 A candidate the description cannot instantiate at the shard's shapes (a group count of 0) is dropped before
@@ -42,6 +43,7 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from fractions import Fraction
 
 import numpy as np
 
@@ -199,6 +201,9 @@ def _kept_call(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionSt
                          tuple(size // rest if i == d else n for i, n in enumerate(w)))
         if tuple(guess) not in guesses:
             guesses.append(tuple(guess))
+    for guess in _resampled(wanted, full_out, dims, pairs):
+        if guess not in guesses:
+            guesses.append(guess)
     seen: set = set()
     tried = itertools.chain(((attrs, wanted),), *(((c, g) for c in _candidates(attrs, g, full_out, len(regions),
                                                                                len(present), padded, pairs))
@@ -241,6 +246,25 @@ def _kept_call(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionSt
             if reason is not None and not rejected:
                 rejected.append(reason)
     return None
+
+
+def _resampled(wanted: Sequence[Shape], full_out: Sequence[Shape], dims: Sequence[int | None],
+               pairs: Sequence[tuple[Shape, Shape]]):
+    """Outputs that resample the piece at the full operator's rate (a bilinear resize): along the split
+    dimension, a piece of ``n`` of an input dimension's ``N`` elements gives ``n F / N`` outputs (``F`` the full
+    output extent), or ``(n - 1)(F - 1) / (N - 1) + 1`` with aligned corners, where integral and longer than
+    the worker's part."""
+    for full_in, piece in pairs:
+        for big, n in zip(full_in, piece):
+            if n == big:
+                continue
+            rates = [lambda f: Fraction(n * f, big)] + ([lambda f: Fraction((n - 1) * (f - 1), big - 1) + 1]
+                                                        if big > 1 else [])
+            for rate in rates:
+                extents = [None if d is None else rate(f[d]) for f, d in zip(full_out, dims)]
+                if all(e is None or e.denominator == 1 and e > w[d] for e, w, d in zip(extents, wanted, dims)):
+                    yield tuple(w if e is None else tuple(int(e) if i == d else m for i, m in enumerate(w))
+                                for e, w, d in zip(extents, wanted, dims))
 
 
 def _describable(op: str, candidate: Attrs, input_shapes: Sequence[Shape], output_shapes: Sequence[Shape]) -> bool:
