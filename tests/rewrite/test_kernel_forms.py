@@ -91,6 +91,14 @@ CASES = {  # network, the target op's strategy (split variable)
                                                               name="target"), (2, 4, 6, 6)), "xs0"),
     "upsampling-spatial": (_conv_then(lambda h: mx.sym.UpSampling(h, scale=2, sample_type="nearest", num_args=1,
                                                                   name="target")), "y"),
+    "upsampling-bilinear-spatial": (_conv_then(lambda h: mx.sym.UpSampling(
+        h, scale=2, sample_type="bilinear", num_filter=4, num_args=1, name="target")), "ys0"),
+    "upsampling-bilinear-channels": (_conv_then(lambda h: mx.sym.UpSampling(
+        h, scale=3, sample_type="bilinear", num_filter=4, num_args=1, name="target")), "co"),
+    "bilinear-resize-spatial": (_conv_then(lambda h: mx.sym.contrib.BilinearResize2D(
+        h, height=8, width=8, align_corners=False, name="target")), "y"),
+    "bilinear-resize-channels": (_conv_then(lambda h: mx.sym.contrib.BilinearResize2D(
+        h, height=7, width=10, name="target")), "c"),
     "mean-reduction": (_mean, "k0"),
     "flatten-inner": (_flatten, "j"),
     "repeat-axis": (_repeat, "o1"),

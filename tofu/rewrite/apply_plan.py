@@ -287,6 +287,8 @@ def _one_replica(node: Node, produced: list[Held]) -> list[Held]:
 
 def _op_function(op: str):
     fn = getattr(mx.sym, op, None) or getattr(mx.sym._internal, op, None)
+    if fn is None and op.startswith("_contrib_"):        # MXNet keeps these as mx.sym.contrib.NAME
+        fn = getattr(mx.sym.contrib, op[len("_contrib_"):], None)
     if fn is None:
         raise RewriteError(f"MXNet has no symbol function for operator '{op}'")
     return fn
