@@ -29,121 +29,62 @@ os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 
 from experiments.common import RowWriter, write_sidecar  # noqa: E402
 from tofu.api import load_graph, partitioned  # noqa: E402
-from tofu.graph.attrs import Attrs  # noqa: E402
 from tofu.models import ModelOptions  # noqa: E402
 from tofu.runtime.data import initial_values, synthetic_batch  # noqa: E402
 from tofu.runtime.run import train  # noqa: E402
 from tofu.search.algorithms import plan_graph  # noqa: E402
-from tofu.sim.calibrate import DEFAULT_CACHE, calibration  # noqa: E402
-from tofu.sim.model import call_time, op_call_work, simulate  # noqa: E402
+from tofu.sim.calibrate import (DEFAULT_CACHE, OpCase, activation, batchnorm, binary, calibration,  # noqa: E402
+                                case_work, conv, fc, measure_op, pooling)
+from tofu.sim.glue import count_glue  # noqa: E402
+from tofu.sim.model import call_time, simulate  # noqa: E402
 
 COLUMNS = ("level", "case", "workers", "batch", "status", "measured_seconds", "predicted_seconds",
-           "relative_error", "predicted_compute_seconds", "predicted_comm_seconds", "flops", "bytes", "message")
+           "relative_error", "predicted_compute_seconds", "predicted_comm_seconds", "predicted_kernels_seconds",
+           "op_class", "glue_ops", "copies", "flops", "bytes", "message")
 SMALL = ("mlp", "wresnet-tiny", "rnn-tiny")
 
 
-@dataclass(frozen=True)
-class OpCase:
-    """One MXNet operator call: its inputs (name -> shape, in the operator's argument order; ``aux`` names the
-    auxiliary states among them) and its attributes as MXNet takes them."""
-
-    name: str
-    op: str
-    inputs: tuple[tuple[str, tuple[int, ...]], ...]
-    attrs: dict = field(default_factory=dict)
-    aux: tuple[str, ...] = ()
-
-
-def _conv(n, c, hw, f, k):
-    return OpCase(f"Convolution {n}x{c}x{hw}x{hw} f{f} k{k}", "Convolution",
-                  (("data", (n, c, hw, hw)), ("weight", (f, c, k, k)), ("bias", (f,))),
-                  {"num_filter": f, "kernel": (k, k), "pad": (k // 2, k // 2)})
-
-
-def _fc(n, k, m):
-    return OpCase(f"FullyConnected {n}x{k} -> {m}", "FullyConnected",
-                  (("data", (n, k)), ("weight", (m, k)), ("bias", (m,))), {"num_hidden": m})
-
-
-def _bn(shape):
-    c = shape[1]
-    return OpCase(f"BatchNorm {'x'.join(map(str, shape))}", "BatchNorm",
-                  (("data", shape), ("gamma", (c,)), ("beta", (c,)), ("moving_mean", (c,)), ("moving_var", (c,))),
-                  {}, ("moving_mean", "moving_var"))
-
-
-def _relu(shape):
-    return OpCase(f"Activation relu {'x'.join(map(str, shape))}", "Activation", (("data", shape),),
-                  {"act_type": "relu"})
-
-
-def _add(shape):
-    return OpCase(f"elemwise_add {'x'.join(map(str, shape))}", "elemwise_add", (("lhs", shape), ("rhs", shape)))
-
-
-def _pool(shape):
-    return OpCase(f"Pooling max 2x2 {'x'.join(map(str, shape))}", "Pooling", (("data", shape),),
-                  {"kernel": (2, 2), "stride": (2, 2), "pool_type": "max"})
-
-
+# The validation set: none of these shapes is in tofu.sim.calibrate.CALIBRATION_CASES (tests/sim checks it).
 OP_CASES = (
-    _conv(8, 16, 32, 16, 3), _conv(16, 64, 16, 64, 3), _conv(32, 64, 28, 128, 1),
-    _fc(64, 1024, 1024), _fc(256, 512, 256), _fc(32, 4096, 4096),
-    _bn((16, 64, 32, 32)), _bn((32, 128, 14, 14)),
-    _relu((16, 64, 32, 32)), _relu((64, 4096)),
-    _add((16, 64, 32, 32)), _add((256, 1024)),
-    _pool((16, 64, 32, 32)), _pool((32, 128, 28, 28)),
+    conv(8, 16, 32, 16, 3), conv(16, 64, 16, 64, 3), conv(32, 64, 28, 128, 1),
+    fc(64, 1024, 1024), fc(256, 512, 256), fc(32, 4096, 4096),
+    batchnorm((16, 64, 32, 32)), batchnorm((32, 128, 14, 14)),
+    activation((16, 64, 32, 32)), activation((64, 4096)),
+    binary("elemwise_add", (16, 64, 32, 32)), binary("elemwise_add", (256, 1024)),
+    pooling((16, 64, 32, 32)), pooling((32, 128, 28, 28)),
 )
-QUICK_OP_CASES = (_conv(8, 16, 32, 16, 3), _fc(64, 1024, 1024), _relu((64, 4096)))
+QUICK_OP_CASES = (conv(8, 16, 32, 16, 3), fc(64, 1024, 1024), activation((64, 4096)))
 
 
-def measure_op(case: OpCase, repeats: int) -> tuple[float, tuple[tuple[int, ...], ...]]:
-    """Median seconds of one forward + backward call of the case's operator, and its output shapes."""
-    import mxnet as mx
-
-    args = {n: mx.sym.var(n) for n, _ in case.inputs}
-    sym = getattr(mx.sym, case.op)(**args, **case.attrs, name="op")
-    shapes = dict(case.inputs)
-    grad_req = {n: ("null" if n in case.aux else "write") for n in sym.list_arguments()}
-    exe = sym.simple_bind(ctx=mx.cpu(0), grad_req=grad_req, **shapes)
-    for n, arr in {**exe.arg_dict, **exe.aux_dict}.items():
-        arr[:] = mx.nd.random.uniform(0.5, 1.5, shape=arr.shape)
-    heads = [mx.nd.ones(o.shape) for o in exe.outputs]
-
-    def run():
-        exe.forward(is_train=True)
-        exe.backward(heads)
-        for g in exe.grad_arrays:
-            if g is not None:
-                g.wait_to_read()
-    run()
+def op_row(case: OpCase, repeats: int, runs: int, profile) -> dict:
+    """The median over ``runs`` runs of the median of ``repeats`` calls, beside the prediction."""
     times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times), tuple(tuple(o.shape) for o in exe.outputs)
-
-
-def op_row(case: OpCase, repeats: int, profile) -> dict:
-    measured, out_shapes = measure_op(case, repeats)
-    attrs = Attrs.parse({k: str(v) for k, v in case.attrs.items()})
-    work = op_call_work(case.op, attrs, [s for _, s in case.inputs], out_shapes)
-    grads = [n for n, _ in case.inputs if n not in case.aux]
-    predicted = call_time(work, grads, profile).total + profile.step_seconds
+    for _ in range(runs):
+        t, out_shapes = measure_op(case, repeats)
+        times.append(t)
+    measured = statistics.median(times)
+    work = case_work(case, out_shapes)
+    predicted = call_time(work, case.grads, profile).total + profile.step_seconds
     return {"status": "ok", "measured_seconds": measured, "predicted_seconds": predicted,
-            "relative_error": predicted / measured - 1, "flops": work.flops, "bytes": work.bytes}
+            "relative_error": predicted / measured - 1, "flops": work.flops, "bytes": work.bytes,
+            "op_class": work.op_class.value, "predicted_kernels_seconds": predicted}
 
 
-def step_row(model: str, batch: int, workers: int, steps: int, profile) -> dict:
+def step_row(model: str, batch: int, workers: int, steps: int, runs: int, profile) -> dict:
+    """The median over ``runs`` training runs of the median step, beside the model with and without glue."""
     graph = load_graph(model, ModelOptions(batch=batch))
     plan = plan_graph(graph, workers, "tofu")
-    report = train(graph, plan, partitioned(graph, plan), initial_values(graph), synthetic_batch(graph), steps)
-    est = simulate(graph, plan, profile)
-    measured = report.median_step_seconds
+    pg = partitioned(graph, plan)
+    measured = statistics.median(
+        train(graph, plan, pg, initial_values(graph), synthetic_batch(graph), steps).median_step_seconds
+        for _ in range(runs))
+    glue = count_glue(graph, pg)
+    est = simulate(graph, plan, profile, glue=glue)
+    kernels = simulate(graph, plan, profile)
     return {"status": "ok", "measured_seconds": measured, "predicted_seconds": est.seconds,
             "relative_error": est.seconds / measured - 1, "predicted_compute_seconds": est.compute_seconds,
-            "predicted_comm_seconds": est.comm_seconds, "flops": est.flops, "bytes": plan.comm_bytes}
+            "predicted_comm_seconds": est.comm_seconds, "flops": est.flops, "bytes": plan.comm_bytes,
+            "predicted_kernels_seconds": kernels.seconds, "glue_ops": len(glue.calls), "copies": len(glue.copies)}
 
 
 def summary(rows: list[dict]) -> dict:
@@ -172,6 +113,7 @@ def main(argv=None) -> int:
     p.add_argument("--batch", type=int, default=24)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--repeats", type=int, default=20, help="timed calls per op (median)")
+    p.add_argument("--runs", type=int, default=3, help="runs per case (median of the runs' medians)")
     p.add_argument("--levels", default="op,step", help="comma-separated from op, step")
     p.add_argument("--recalibrate", action="store_true", help="measure the cpu profile again (else cached)")
     p.add_argument("--calibration", type=Path, default=DEFAULT_CACHE, help="the cpu profile's cache file")
@@ -187,12 +129,16 @@ def main(argv=None) -> int:
     levels = args.levels.split(",")
     cases = OP_CASES
     if args.quick:
-        cases, models, workers, args.steps, args.repeats = QUICK_OP_CASES, ["mlp"], [1, 2], 3, 5
-    cal = calibration(args.calibration, args.recalibrate)
+        cases, models, workers, args.steps, args.repeats, args.runs = QUICK_OP_CASES, ["mlp"], [1, 2], 3, 5, 1
+    cal = calibration(args.calibration, args.recalibrate, repeats=3 if args.quick else 15)
     profile = cal.profile()
     print(f"cpu profile: GEMM {cal.gemm_flops / 1e9:.1f} GFLOP/s, copy {cal.copy_bandwidth / 1e9:.1f} GB/s, "
-          f"cross-context {cal.cross_context_bandwidth / 1e9:.1f} GB/s, op {cal.op_seconds * 1e6:.2f} us, "
+          f"cross-context {cal.cross_context_bandwidth / 1e9:.1f} GB/s + {cal.copy_launch_seconds * 1e6:.1f} us, "
           f"call {cal.call_seconds * 1e6:.0f} us, update {cal.update_seconds * 1e6:.0f} us", flush=True)
+    for name, f in cal.classes.items():
+        unit = "GFLOP/s" if f.bound == "compute" else "GB/s"
+        print(f"  {name:<14} {f.rate / 1e9:8.2f} {unit:<8} launch {f.launch * 1e6:7.2f} us  "
+              f"fit median |error| {f.median_abs_relative_error:.0%} ({f.cases} cases)", flush=True)
     path = args.out_dir / f"{args.tag}.csv"
     writer = RowWriter(path, COLUMNS)
     rows = []
@@ -213,12 +159,12 @@ def main(argv=None) -> int:
     if "op" in levels:
         for case in cases:
             record({"level": "op", "case": case.name, "workers": 1, "batch": case.inputs[0][1][0]},
-                   lambda: op_row(case, args.repeats, profile))
+                   lambda: op_row(case, args.repeats, args.runs, profile))
     if "step" in levels:
         for model in models:
             for k in workers:
                 record({"level": "step", "case": model, "workers": k, "batch": args.batch},
-                       lambda: step_row(model, args.batch, k, args.steps, profile))
+                       lambda: step_row(model, args.batch, k, args.steps, args.runs, profile))
     writer.close()
     result = summary(rows)
     write_sidecar(path, vars(args), calibration=dataclasses.asdict(cal), summary=result)

@@ -2,7 +2,11 @@
 import csv
 import json
 
+import pytest
+
 from experiments import run_cpu_validation
+from tofu.sim import calibrate
+from tofu.sim.flops import OpClass
 
 
 def test_quick_writes_rows_and_sidecar(tmp_path, capsys):
@@ -18,5 +22,29 @@ def test_quick_writes_rows_and_sidecar(tmp_path, capsys):
         assert abs(float(r["relative_error"]) - (predicted / measured - 1)) < 1e-4
     side = json.loads((tmp_path / "smoke.json").read_text())
     assert side["summary"]["op"]["cases"] == 3 and side["summary"]["step"]["cases"] == 2
-    assert json.loads(cache.read_text())["gemm_flops"] > 1e8          # this run measured the profile
+    cal = json.loads(cache.read_text())                               # this run measured the profile
+    assert cal["gemm_flops"] > 1e8 and cal["version"] == calibrate.VERSION
+    assert set(cal["classes"]) == {c.value for c in OpClass}
+    assert all(f["rate"] > 0 and f["launch"] >= 0 for f in cal["classes"].values())
     assert "median |error|" in capsys.readouterr().out
+
+
+def test_a_cache_of_another_version_is_measured_again(tmp_path, monkeypatch):
+    cache = tmp_path / "cpu.json"
+    cache.write_text(json.dumps({"version": calibrate.VERSION - 1, "gemm_flops": 1.0}))
+    measured = []
+    monkeypatch.setattr(calibrate, "measure", lambda repeats: measured.append(repeats) or _FAKE)
+    assert calibrate.calibration(cache) is _FAKE and measured
+    assert calibrate.calibration(cache) == _FAKE and len(measured) == 1       # now cached, read back
+
+
+def test_fit_recovers_rate_and_launch():
+    points = [(0.5 + 2 * 3e-6 + x / 2e9, 0.5, 2, x) for x in (1e6, 1e7, 1e8)]
+    rate, launch = calibrate.fit_rate(points)
+    assert rate == pytest.approx(2e9, rel=1e-6) and launch == pytest.approx(3e-6, rel=1e-4)
+
+
+_FAKE = calibrate.Calibration(
+    1e10, 1e10, 1e9, 1e-6, 1e-5, 1e-5,
+    {c.value: calibrate.ClassFit("compute" if c.contraction else "memory", 1e9, 1e-6, 3, 0.1) for c in OpClass},
+    1e9, __import__("platform").node(), __import__("os").cpu_count() or 1, 3)

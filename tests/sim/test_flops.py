@@ -21,7 +21,7 @@ def test_fully_connected_is_2nkm(n, k, m):
     assert no_bias.flops == 2 * n * k * m
     with_bias = _work("FullyConnected", {"num_hidden": m}, [(n, k), (m, k), (m,)], [(n, m)])
     assert with_bias.flops == 2 * n * k * m + n * m            # one add per output for the bias
-    assert no_bias.op_class is OpClass.CONTRACTION and no_bias.contracted == {"data", "weight"}
+    assert no_bias.op_class is OpClass.GEMM and no_bias.contracted == {"data", "weight"}
     assert no_bias.bytes == 4 * (n * k + m * k + n * m)
 
 
@@ -32,11 +32,13 @@ def test_convolution_is_2_out_cin_kernel(stride, pad):
     work = _work("Convolution", {"num_filter": f, "kernel": (kh, kw), "stride": (stride, stride), "pad": (pad, pad),
                                  "no_bias": True}, [(n, c, h, w), (f, c, kh, kw)], [(n, f, oh, ow)])
     assert work.flops == 2 * (n * f * oh * ow) * c * kh * kw
+    assert work.op_class is OpClass.CONVOLUTION                 # a contraction with a window
 
 
 def test_batch_dot_is_2bnkm():
     b, n, k, m = 3, 4, 5, 6
-    assert _work("batch_dot", {}, [(b, n, k), (b, k, m)], [(b, n, m)]).flops == 2 * b * n * k * m
+    plain = _work("batch_dot", {}, [(b, n, k), (b, k, m)], [(b, n, m)])
+    assert plain.flops == 2 * b * n * k * m and plain.op_class is OpClass.GEMM
     t = _work("batch_dot", {"transpose_a": True, "transpose_b": True}, [(b, k, n), (b, m, k)], [(b, n, m)])
     assert t.flops == 2 * b * n * k * m
 
@@ -44,7 +46,7 @@ def test_batch_dot_is_2bnkm():
 def test_elementwise_counts_one_op_per_output_and_no_contraction():
     shape = (3, 4, 5)
     add = _work("elemwise_add", {}, [shape, shape], [shape])
-    assert add.flops == math.prod(shape) and add.op_class is OpClass.OTHER and not add.contracted
+    assert add.flops == math.prod(shape) and add.op_class is OpClass.ELEMENTWISE and not add.contracted
     relu = _work("Activation", {"act_type": "relu"}, [shape], [shape])
     assert relu.flops == math.prod(shape)
 
@@ -54,4 +56,16 @@ def test_max_pooling_reads_each_window_once():
     work = _work("Pooling", {"kernel": (2, 2), "stride": (2, 2), "pool_type": "max"}, [(n, c, h, w)],
                  [(n, c, h // 2, w // 2)])
     assert work.flops == n * c * (h // 2) * (w // 2) * 4         # 4 terms per window, one max step each
-    assert work.op_class is OpClass.OTHER
+    assert work.op_class is OpClass.POOLING
+
+
+@pytest.mark.parametrize("op,attrs,ins,outs,cls", [
+    ("BatchNorm", {}, [(2, 3, 4, 4), (3,), (3,), (3,), (3,)], [(2, 3, 4, 4)], OpClass.NORMALIZATION),
+    ("LayerNorm", {}, [(2, 3, 4), (4,), (4,)], [(2, 3, 4)], OpClass.NORMALIZATION),
+    ("sum", {"axis": 1}, [(2, 3)], [(2,)], OpClass.POOLING),
+    ("slice", {"begin": (0, 1), "end": (2, 3)}, [(2, 3)], [(2, 2)], OpClass.DATA_MOVEMENT),
+    ("Concat", {"dim": 0, "num_args": 2}, [(2, 3), (2, 3)], [(4, 3)], OpClass.DATA_MOVEMENT),
+    ("add_n", {"num_args": 2}, [(2, 3), (2, 3)], [(2, 3)], OpClass.ELEMENTWISE),
+])
+def test_op_class_derived_from_the_description(op, attrs, ins, outs, cls):
+    assert _work(op, attrs, ins, outs).op_class is cls

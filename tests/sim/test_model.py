@@ -9,12 +9,14 @@ from tofu.api import load_graph
 from tofu.graph.attrs import Attrs
 from tofu.models import ModelOptions
 from tofu.search.algorithms import plan_graph
-from tofu.sim.hardware import K80X8, Efficiency, Level, Profile, profile
+from tofu.sim.flops import OpClass
+from tofu.sim.hardware import K80X8, ClassRate, Level, Profile, profile
 from tofu.sim.model import call_time, device_compute, op_call_work, simulate, step_comm_seconds
 
 TINY = Profile(name="tiny", devices=4, peak_flops=1e9, mem_bandwidth=2e9, memory_bytes=1e6,
                levels=(Level("dev", 1, 1e9), Level("pair", 2, 0.25e9)), host_bandwidth=1e9, launch_seconds=1e-6,
-               efficiency=Efficiency(contraction=0.5, other=0.25, memory=0.8), concurrency=4, source="test")
+               classes=tuple((c, ClassRate(0.5 if c.contraction else 0.25, 0.8, 1e-6)) for c in OpClass),
+               concurrency=4, source="test")
 
 
 def test_roofline_time_of_a_matrix_product_by_hand():
@@ -93,3 +95,15 @@ def test_profiles_by_name_and_bad_requests(mlp):
         step_comm_seconds(plan_graph(mlp, 8, "tofu"), TINY)
     with pytest.raises(ValueError, match="must increase"):
         dataclasses.replace(TINY, levels=(Level("a", 2, 1.0), Level("b", 1, 1.0)))
+
+
+def test_each_class_uses_its_own_rate_and_launch():
+    shape = (256, 1024)
+    work = op_call_work("elemwise_add", Attrs.of(), [shape, shape], [shape])
+    slow = dataclasses.replace(TINY, classes=((OpClass.ELEMENTWISE, ClassRate(1.0, 0.1, 5e-6)),))
+    nbytes = 3 * 4 * math.prod(shape)
+    assert call_time(work, ["lhs"], slow).forward == pytest.approx(nbytes / (0.1 * 2e9) + 5e-6, rel=1e-12)
+    gemm = op_call_work("FullyConnected", Attrs.of(num_hidden=8, no_bias=True), [(4, 8), (8, 8)], [(4, 8)])
+    # a class the profile lacks: efficiencies 1, the profile's default launch
+    assert call_time(gemm, [], slow).forward == pytest.approx(
+        max(2 * 4 * 8 * 8 / 1e9, 4 * (32 + 64 + 32) / 2e9) + 1e-6, rel=1e-12)

@@ -4,8 +4,8 @@
 ``model`` (per-call roofline time, per-step communication over the interconnect, the iteration), ``calibrate``
 (the ``cpu`` profile, measured with MXNet). See docs/sim.md.
 """
-from tofu.sim.hardware import K80X8, V100X8, Efficiency, Level, Profile, profile
+from tofu.sim.hardware import K80X8, V100X8, ClassRate, Level, Profile, profile
 from tofu.sim.model import IterationEstimate, Overlap, simulate
 
-__all__ = ["K80X8", "V100X8", "Efficiency", "IterationEstimate", "Level", "Overlap", "Profile", "profile",
+__all__ = ["K80X8", "V100X8", "ClassRate", "IterationEstimate", "Level", "Overlap", "Profile", "profile",
            "simulate"]

@@ -1,72 +1,216 @@
-"""The ``cpu`` profile: this machine's numbers, measured with MXNet and cached.
+"""The ``cpu`` profile: this machine's numbers, measured with MXNet per op class and cached.
 
-Input: nothing (or a cache file). Output: a :class:`~tofu.sim.hardware.Profile` named ``cpu`` whose every
-number is a median of short repeated measurements:
+Input: nothing (or a cache file). Output: a :class:`~tofu.sim.hardware.Profile` named ``cpu``.
 
-* ``peak_flops``: ``mx.nd.dot`` of two n x n float32 matrices, 2 n^3 / t (so contractions run at efficiency 1:
-  the peak *is* what MXNet's GEMM reaches on these cores);
-* ``mem_bandwidth``: a large array copied on cpu(0), 2 x bytes / t (read and write);
-* the interconnect: one level of single contexts on a shared bus whose bandwidth is a copy from cpu(0) to
-  cpu(1) (bytes / t; the contexts share one memory, so the copies of all of them share it);
-* ``launch_seconds``: one engine op inside a bound executor, from chains of 1 and n tiny ops:
-  (t_n - t_1) / 2 (n - 1) for forward + backward, with ``relu`` and ``BatchNorm`` (the mean of the two) for
-  the element-wise class and ``FullyConnected`` for ``contraction_launch_seconds`` (an MKL call costs tens of
-  microseconds where MXNet's engine runs a chain of element-wise ops in bulk for well under one);
-* ``step_seconds``: the fixed cost of one executor forward + backward call beyond its ops (a one-op graph's
-  time less its ops');
-* ``update_launch_seconds``: one imperative ``sgd_mom_update`` on a tiny array (the runtime updates each
-  parameter piece with one such call).
+Peaks (medians of repeated measurements): ``peak_flops`` is ``mx.nd.dot`` of two n x n float32 matrices
+(2 n^3 / t); ``mem_bandwidth`` a large array copied on cpu(0) (2 x bytes / t). Per op class
+(:class:`~tofu.sim.flops.OpClass`, derived from each op's TDL description), the **calibration set**
+``CALIBRATION_CASES`` binds one MXNet operator per case, times forward + backward calls (inputs with gradients,
+median) and fits, by least squares on the relative error,
 
-``concurrency`` is 1: the CPU contexts share the cores and each kernel already uses all of them. The memory
-capacity is the machine's physical memory (``os.sysconf``).
+    t_i - c = n_i L + x_i / R
+
+c the executor call's fixed cost, n_i the kernel calls of the case (forward, and backward when an input has a
+gradient), x_i the work the model charges the class for (FLOPs for GEMM and convolution, bytes for the
+others: forward plus :func:`tofu.sim.model.backward_work`), L the class's launch cost and R its achieved rate
+(a negative L is clamped to 0 and R refitted). The efficiency is R over the peak (compute for contractions,
+memory otherwise; the other efficiency is 1, so the roofline's other side is the peak). The calibration shapes
+are chosen apart from the validation set of ``experiments/run_cpu_validation.py`` (the tests check that they
+are disjoint).
+
+The copy between contexts: an executor whose ``identity`` on cpu(1) reads an ``identity`` of x on cpu(0) (as
+the rewriter sends a piece), forward and backward (one ``_CrossDeviceCopy`` each way), at several sizes, less
+the two identities' fitted cost: the fit gives
+``copy_launch_seconds`` and the bandwidth of the one shared interconnect level. ``step_seconds``: an executor
+call of one tiny op; ``update_launch_seconds``: one imperative ``sgd_mom_update`` on a tiny array.
+
+``concurrency`` is 1: the CPU contexts share the cores and each kernel already uses all of them, so the devices'
+times add up. The memory capacity is the machine's physical memory. The cache records ``VERSION``; a cache of
+another version, host or core count is measured again.
 """
 from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import platform
 import statistics
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tofu.sim.hardware import Efficiency, Level, Profile
+from tofu.graph.attrs import Attrs
+from tofu.sim.flops import OpClass, OpWork
+from tofu.sim.hardware import ClassRate, Level, Profile
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path("results/sim/cpu_profile.json")
+VERSION = 2
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class OpCase:
+    """One MXNet operator call: its inputs (name -> shape, in the operator's argument order; ``aux`` names the
+    auxiliary states among them) and its attributes as MXNet takes them."""
+
+    name: str
+    op: str
+    inputs: tuple[tuple[str, Shape], ...]
+    attrs: dict = field(default_factory=dict)
+    aux: tuple[str, ...] = ()
+
+    @property
+    def grads(self) -> tuple[str, ...]:
+        return tuple(n for n, _ in self.inputs if n not in self.aux)
+
+
+def _dims(shape: Shape) -> str:
+    return "x".join(map(str, shape))
+
+
+def conv(n, c, hw, f, k, stride=1) -> OpCase:
+    return OpCase(f"Convolution {n}x{c}x{hw}x{hw} f{f} k{k}" + (f" s{stride}" if stride > 1 else ""), "Convolution",
+                  (("data", (n, c, hw, hw)), ("weight", (f, c, k, k)), ("bias", (f,))),
+                  {"num_filter": f, "kernel": (k, k), "pad": (k // 2, k // 2), "stride": (stride, stride)})
+
+
+def fc(n, k, m) -> OpCase:
+    return OpCase(f"FullyConnected {n}x{k} -> {m}", "FullyConnected",
+                  (("data", (n, k)), ("weight", (m, k)), ("bias", (m,))), {"num_hidden": m})
+
+
+def batch_dot(b, n, k, m) -> OpCase:
+    return OpCase(f"batch_dot {b}x{n}x{k} {b}x{k}x{m}", "batch_dot", (("lhs", (b, n, k)), ("rhs", (b, k, m))))
+
+
+def batchnorm(shape) -> OpCase:
+    c = shape[1]
+    return OpCase(f"BatchNorm {_dims(shape)}", "BatchNorm",
+                  (("data", shape), ("gamma", (c,)), ("beta", (c,)), ("moving_mean", (c,)), ("moving_var", (c,))),
+                  {}, ("moving_mean", "moving_var"))
+
+
+def layernorm(shape) -> OpCase:
+    return OpCase(f"LayerNorm {_dims(shape)}", "LayerNorm",
+                  (("data", shape), ("gamma", (shape[-1],)), ("beta", (shape[-1],))))
+
+
+def activation(shape, act="relu") -> OpCase:
+    return OpCase(f"Activation {act} {_dims(shape)}", "Activation", (("data", shape),), {"act_type": act})
+
+
+def binary(op, shape) -> OpCase:
+    return OpCase(f"{op} {_dims(shape)}", op, (("lhs", shape), ("rhs", shape)))
+
+
+def pooling(shape, kind="max", k=2) -> OpCase:
+    return OpCase(f"Pooling {kind} {k}x{k} {_dims(shape)}", "Pooling", (("data", shape),),
+                  {"kernel": (k, k), "stride": (k, k), "pool_type": kind})
+
+
+def slice_case(shape, axis=0) -> OpCase:
+    end = tuple(e // 2 if d == axis else e for d, e in enumerate(shape))
+    return OpCase(f"slice half {_dims(shape)} axis {axis}", "slice", (("data", shape),),
+                  {"begin": tuple(0 for _ in shape), "end": end})
+
+
+def concat(shape, dim=0) -> OpCase:
+    return OpCase(f"Concat 2x {_dims(shape)} dim {dim}", "Concat", (("a", shape), ("b", shape)),
+                  {"dim": dim, "num_args": 2})
+
+
+def identity(shape) -> OpCase:
+    return OpCase(f"identity {_dims(shape)}", "identity", (("data", shape),))
+
+
+def add_n(shape, n=2) -> OpCase:
+    return OpCase(f"add_n {n}x {_dims(shape)}", "add_n", tuple((f"x{i}", shape) for i in range(n)), {"num_args": n})
+
+
+# The calibration set: per class, shapes from tiny to the size of the evaluated CPU models' ops, none of them a
+# validation case (experiments/run_cpu_validation.py).
+CALIBRATION_CASES: dict[OpClass, tuple[OpCase, ...]] = {
+    OpClass.GEMM: (fc(32, 512, 512), fc(128, 1024, 512), fc(16, 2048, 2048), fc(512, 256, 1024), fc(24, 64, 64),
+                   batch_dot(8, 64, 64, 64), batch_dot(16, 128, 64, 128)),
+    OpClass.CONVOLUTION: (conv(8, 32, 16, 16, 32, 3), conv(16, 16, 32, 32, 3), conv(4, 64, 28, 128, 1),
+                          conv(8, 128, 8, 128, 3), conv(24, 16, 8, 16, 3), conv(8, 32, 16, 64, 3, stride=2)),
+    OpClass.ELEMENTWISE: (activation((8, 32, 32, 32)), activation((128, 512)), activation((64, 1024), "tanh"),
+                          binary("elemwise_add", (32, 1024)), binary("elemwise_add", (8, 64, 16, 16)),
+                          binary("elemwise_mul", (16, 32, 16, 16)), activation((24, 64)),
+                          activation((32, 32, 32, 32)), binary("elemwise_add", (8, 128, 32, 32))),
+    OpClass.NORMALIZATION: (batchnorm((8, 32, 16, 16)), batchnorm((16, 64, 8, 8)), batchnorm((24, 16, 8, 8)),
+                            layernorm((64, 512)), layernorm((32, 128, 64))),
+    OpClass.POOLING: (pooling((8, 32, 16, 16)), pooling((16, 64, 16, 16)), pooling((8, 128, 8, 8), "avg"),
+                      pooling((24, 16, 8, 8))),
+    OpClass.DATA_MOVEMENT: (slice_case((64, 1024)), slice_case((16, 64, 16, 16), 1), concat((32, 512)),
+                            concat((8, 32, 16, 16), 1), identity((64, 1024)), identity((8, 32, 16, 16)),
+                            slice_case((24, 64), 1)),
+}
+COPY_ELEMENTS = (256, 16384, 262144, 1048576)
+
+
+@dataclass(frozen=True)
+class ClassFit:
+    """One class's fit: rate R (FLOP/s or bytes/s, ``bound``: ``compute`` or ``memory``), launch L, the cases."""
+
+    bound: str
+    rate: float
+    launch: float
+    cases: int
+    median_abs_relative_error: float
 
 
 @dataclass(frozen=True)
 class Calibration:
-    """The measured numbers (seconds, bytes/s, FLOP/s), and where: ``host`` and ``cores``."""
+    """The measured numbers (seconds, bytes/s, FLOP/s), per-class fits, and where: ``host`` and ``cores``."""
 
     gemm_flops: float
     copy_bandwidth: float
     cross_context_bandwidth: float
-    op_seconds: float
-    contraction_op_seconds: float
+    copy_launch_seconds: float
     call_seconds: float
     update_seconds: float
+    classes: dict[str, ClassFit]
     memory_bytes: float
     host: str
     cores: int
     repeats: int
+    version: int = VERSION
+
+    def rates(self) -> tuple[tuple[OpClass, ClassRate], ...]:
+        out = []
+        for c in OpClass:
+            f = self.classes[c.value]
+            if f.bound == "compute":
+                out.append((c, ClassRate(f.rate / self.gemm_flops, 1.0, f.launch)))
+            else:
+                out.append((c, ClassRate(1.0, f.rate / self.copy_bandwidth, f.launch)))
+        return tuple(out)
 
     def profile(self) -> Profile:
+        elementwise = self.classes[OpClass.ELEMENTWISE.value].launch
         return Profile(
             name="cpu", devices=64, peak_flops=self.gemm_flops, mem_bandwidth=self.copy_bandwidth,
             memory_bytes=self.memory_bytes,
             levels=(Level("context", 1, self.cross_context_bandwidth, shared=True),),
-            host_bandwidth=self.copy_bandwidth, launch_seconds=self.op_seconds,
-            efficiency=Efficiency(contraction=1.0, other=1.0, memory=1.0), concurrency=1,
-            source=f"measured on {self.host} ({self.cores} cores) by tofu.sim.calibrate",
+            host_bandwidth=self.copy_bandwidth, launch_seconds=elementwise, classes=self.rates(), concurrency=1,
+            source=f"measured on {self.host} ({self.cores} cores) by tofu.sim.calibrate v{self.version}",
             step_seconds=self.call_seconds, update_launch_seconds=self.update_seconds,
-            contraction_launch_seconds=self.contraction_op_seconds)
+            copy_launch_seconds=self.copy_launch_seconds)
+
+    @classmethod
+    def from_json(cls, doc: dict) -> Calibration:
+        doc = dict(doc)
+        doc["classes"] = {k: ClassFit(**v) for k, v in doc["classes"].items()}
+        return cls(**doc)
 
 
-def _median_seconds(fn, repeats: int) -> float:
+def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
     fn()                                   # warm-up (allocation, first-call setup)
     times = []
     for _ in range(repeats):
@@ -76,29 +220,135 @@ def _median_seconds(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure(repeats: int = 5, gemm_n: int = 1024, copy_mb: int = 64, chain: int = 20) -> Calibration:
-    """Runs the microbenchmarks (a few seconds on 2 cores)."""
+def measure_op(case: OpCase, repeats: int) -> tuple[float, tuple[Shape, ...]]:
+    """Median seconds of one forward + backward executor call of the case's operator, and its output shapes."""
     import mxnet as mx
 
+    args = {n: mx.sym.var(n) for n, _ in case.inputs}
+    fn = getattr(mx.sym, case.op)
+    variadic = case.op in ("add_n", "Concat")         # inputs by position, not by name
+    sym = fn(*args.values(), **case.attrs, name="op") if variadic else fn(**args, **case.attrs, name="op")
+    grad_req = {n: ("null" if n in case.aux else "write") for n in sym.list_arguments()}
+    exe = sym.simple_bind(ctx=mx.cpu(0), grad_req=grad_req, **dict(case.inputs))
+    for arr in [*exe.arg_dict.values(), *exe.aux_dict.values()]:
+        arr[:] = mx.nd.random.uniform(0.5, 1.5, shape=arr.shape)
+    heads = [mx.nd.ones(o.shape) for o in exe.outputs]
+
+    def run():
+        exe.forward(is_train=True)
+        exe.backward(heads)
+        for g in exe.grad_arrays:
+            if g is not None:
+                g.wait_to_read()
+    return _median_seconds(run, repeats), tuple(tuple(o.shape) for o in exe.outputs)
+
+
+def case_work(case: OpCase, out_shapes: Sequence[Shape]) -> OpWork:
+    """The forward work the model charges for one call of the case (an op without a TDL description, such as
+    ``identity``: data movement of its inputs and outputs)."""
+    from tofu.sim.model import op_call_work
+
+    ins = [s for _, s in case.inputs]
+    if case.op == "identity":
+        elements = sum(math.prod(s) for s in [*ins, *out_shapes])
+        return OpWork(0.0, 4.0 * elements, OpClass.DATA_MOVEMENT, frozenset())
+    return op_call_work(case.op, Attrs.parse({k: str(v) for k, v in case.attrs.items()}), ins, out_shapes)
+
+
+def fit_rate(points: Sequence[tuple[float, float, float, float]], max_rate: float = math.inf) -> tuple[float, float]:
+    """(R, L) minimising sum_i ((c_i + n_i L + x_i / R) / t_i - 1)^2 over points (t_i, c_i, n_i, x_i), L >= 0
+    (t_i measured, c_i its known fixed part, n_i its kernel calls, x_i its work), R <= ``max_rate`` (when the
+    work explains nothing of the time, R is the bound and L is refitted).
+
+    >>> r, l = fit_rate([(2.5, 0.5, 1, 10.0), (3.5, 0.5, 1, 20.0)])
+    >>> round(r, 6), round(l, 6)
+    (10.0, 1.0)
+    """
+    import numpy as np
+
+    t, c, n, x = (np.array([p[i] for p in points], dtype=float) for i in range(4))
+    a = np.stack([n / t, x / t], axis=1)
+    b = 1.0 - c / t
+    (launch, inv), *_ = np.linalg.lstsq(a, b, rcond=None)
+    if launch < 0:
+        launch = 0.0
+        inv = float((b * x / t).sum() / ((x / t) ** 2).sum())
+    if inv < 1.0 / max_rate or inv <= 0:
+        inv = 1.0 / max_rate
+        r = b - inv * x / t
+        launch = max(0.0, float((r * n / t).sum() / ((n / t) ** 2).sum()))
+    return 1.0 / float(inv), float(launch)
+
+
+def _class_fit(op_class: OpClass, measured: Sequence[tuple[OpCase, float, OpWork]], call: float) -> ClassFit:
+    from tofu.sim.model import backward_work
+
+    compute = op_class.contraction
+    points = []
+    for case, t, work in measured:
+        bf, bb = backward_work(work, case.grads)
+        x = work.flops + bf if compute else work.bytes + bb
+        points.append((t, call, 1 + (bf > 0 or bb > 0), x))
+    rate, launch = fit_rate(points)
+    errors = [abs((c + n * launch + x / rate) / t - 1) for t, c, n, x in points]
+    return ClassFit("compute" if compute else "memory", rate, launch, len(points), statistics.median(errors))
+
+
+def _copy_fit(repeats: int, identity_rate: ClassFit, call: float, local: float) -> tuple[float, float]:
+    """(bandwidth, launch) of one copy between cpu(0) and cpu(1) inside an executor (see the module docstring)."""
+    import mxnet as mx
+
+    points = []
+    for n in COPY_ELEMENTS:
+        with mx.AttrScope(ctx_group="dev0"):       # as the rewriter sends a piece: identity on the holder
+            sent = mx.sym.identity(mx.sym.var("x"), name="sent")
+        with mx.AttrScope(ctx_group="dev1"):
+            y = mx.sym.identity(sent, name="y")
+        exe = y.simple_bind(ctx=mx.cpu(0), group2ctx={"dev0": mx.cpu(0), "dev1": mx.cpu(1)}, x=(n,),
+                            grad_req="write")
+        head = mx.nd.ones((n,), ctx=mx.cpu(1))
+
+        def run():
+            exe.forward(is_train=True)
+            exe.backward([head])
+            exe.grad_dict["x"].wait_to_read()
+        t = _median_seconds(run, repeats)
+        ident = 2 * 2 * (identity_rate.launch + 2 * 4 * n * 1.5 / identity_rate.rate)   # 2 identities, 2B + 4B
+        points.append((t, call + ident, 2, 2 * 4 * n))
+    return fit_rate(points, max_rate=local)          # no faster than a copy inside one context
+
+
+def _call_seconds(repeats: int) -> float:
+    """The executor call's fixed cost: a forward + backward call of a one-element-row relu (median of 3 runs)."""
+    tiny = OpCase("relu 1x8", "Activation", (("data", (1, 8)),), {"act_type": "relu"})
+    return statistics.median(measure_op(tiny, repeats * 4)[0] for _ in range(3))
+
+
+def measure(repeats: int = 15) -> Calibration:
+    """Runs the microbenchmarks (about half a minute on 2 cores at 15 repeats)."""
+    import mxnet as mx
+
+    gemm_n = 1024
     a = mx.nd.random.uniform(shape=(gemm_n, gemm_n), ctx=mx.cpu(0))
     b = mx.nd.random.uniform(shape=(gemm_n, gemm_n), ctx=mx.cpu(0))
-    t_gemm = _median_seconds(lambda: mx.nd.dot(a, b).wait_to_read(), repeats)
+    t_gemm = _median_seconds(lambda: mx.nd.dot(a, b).wait_to_read(), max(5, repeats // 3))
 
-    n = copy_mb * 2 ** 20 // 4
-    src = mx.nd.ones((n,), ctx=mx.cpu(0))
-    dst0, dst1 = mx.nd.zeros((n,), ctx=mx.cpu(0)), mx.nd.zeros((n,), ctx=mx.cpu(1))
-    t_copy = _median_seconds(lambda: (src.copyto(dst0), dst0.wait_to_read()), repeats)
-    t_cross = _median_seconds(lambda: (src.copyto(dst1), dst1.wait_to_read()), repeats)
+    n = 64 * 2 ** 20 // 4
+    src, dst = mx.nd.ones((n,), ctx=mx.cpu(0)), mx.nd.zeros((n,), ctx=mx.cpu(0))
+    t_copy = _median_seconds(lambda: (src.copyto(dst), dst.wait_to_read()), max(5, repeats // 3))
 
-    def per_op(layer, shape) -> tuple[float, float]:
-        t1, tn = (_bind_and_time(_chain(layer, n), shape, repeats) for n in (1, chain))
-        return max(0.0, (tn - t1) / (2 * (chain - 1))), t1
-
-    relu, t_single = per_op(lambda y, i: mx.sym.relu(y), (1, 8))
-    bn, _ = per_op(lambda y, i: mx.sym.BatchNorm(y, name=f"bn{i}"), (1, 2, 4, 4))
-    fc, _ = per_op(lambda y, i: mx.sym.FullyConnected(y, num_hidden=8, name=f"fc{i}"), (1, 8))
-    op = (relu + bn) / 2
-    call = max(0.0, t_single - 2 * 3 * relu)        # relu, sum, make_loss: forward and backward each
+    calls, fits = [], {}
+    for op_class, cases in CALIBRATION_CASES.items():
+        call = _call_seconds(repeats)          # measured beside each class: the shared machine drifts
+        calls.append(call)
+        measured = []
+        for case in cases:
+            t, outs = measure_op(case, repeats)
+            measured.append((case, t, case_work(case, outs)))
+        fits[op_class.value] = _class_fit(op_class, measured, call)
+    cross_bw, copy_launch = _copy_fit(repeats, fits[OpClass.DATA_MOVEMENT.value], _call_seconds(repeats),
+                                      2 * n * 4 / t_copy)
+    call = statistics.median(calls)
 
     w, g, m = (mx.nd.ones((8,)) for _ in range(3))
     calls = 200
@@ -107,44 +357,26 @@ def measure(repeats: int = 5, gemm_n: int = 1024, copy_mb: int = 64, chain: int 
         for _ in range(calls):
             mx.nd.sgd_mom_update(w, g, m, lr=0.01, momentum=0.9, out=w)
         w.wait_to_read()
-    update = _median_seconds(updates, repeats) / calls
+    update = _median_seconds(updates, max(5, repeats // 3)) / calls
 
     memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    return Calibration(2 * gemm_n ** 3 / t_gemm, 2 * n * 4 / t_copy, n * 4 / t_cross, op, fc, call, update, memory,
-                       platform.node(), os.cpu_count() or 1, repeats)
+    return Calibration(2 * gemm_n ** 3 / t_gemm, 2 * n * 4 / t_copy, cross_bw, copy_launch, call, update, fits,
+                       memory, platform.node(), os.cpu_count() or 1, repeats)
 
 
-def _chain(layer, n: int):
-    import mxnet as mx
-
-    y = mx.sym.var("x")
-    for i in range(n):
-        y = layer(y, i)
-    return mx.sym.make_loss(mx.sym.sum(y))
-
-
-def _bind_and_time(sym, shape, repeats: int) -> float:
-    import mxnet as mx
-
-    exe = sym.simple_bind(ctx=mx.cpu(0), x=shape, grad_req="write")
-
-    def run():
-        exe.forward(is_train=True)
-        exe.backward()
-        exe.grad_dict["x"].wait_to_read()
-    return _median_seconds(run, repeats * 20)
-
-
-def calibration(path: Path | None = DEFAULT_CACHE, recalibrate: bool = False) -> Calibration:
-    """The cached calibration of this host, measured (and cached at ``path``) when absent, stale or asked."""
+def calibration(path: Path | None = DEFAULT_CACHE, recalibrate: bool = False, repeats: int = 15) -> Calibration:
+    """The cached calibration of this host, measured (and cached at ``path``) when absent, stale, of another
+    ``VERSION``, or asked."""
     if path is not None and path.exists() and not recalibrate:
         try:
-            cal = Calibration(**json.loads(path.read_text()))
-            if cal.host == platform.node() and cal.cores == (os.cpu_count() or 1):
-                return cal
-        except (TypeError, ValueError, json.JSONDecodeError):
+            doc = json.loads(path.read_text())
+            if doc.get("version") == VERSION:
+                cal = Calibration.from_json(doc)
+                if cal.host == platform.node() and cal.cores == (os.cpu_count() or 1):
+                    return cal
+        except (TypeError, ValueError, KeyError, json.JSONDecodeError):
             log.warning("ignoring unreadable calibration cache %s", path)
-    cal = measure()
+    cal = measure(repeats)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(cal), indent=1))

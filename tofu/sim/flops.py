@@ -16,6 +16,17 @@ So a matrix product out[i, j] = Sum_k A[i, k] B[k, j] costs |out| K (1 + 1) = 2 
 counted once, not at each access. An opaque function counts one operation per element it reads (ours: a
 placeholder, no described op in the evaluated models uses one). Bytes are the minimal traffic: every input
 read once and every output written once, ``itemsize`` bytes per element.
+
+The op's :class:`OpClass` (whose calibrated rates and launch cost :mod:`tofu.sim.model` uses) is derived from
+the same expressions, in this order:
+
+    GEMM           a reduction whose terms read two or more inputs, no window (FullyConnected, batch_dot, dot)
+    CONVOLUTION    such a contraction with a window: an input index depends on an output index and a reduction
+                   index at once (x * stride + dx), i.e. the op has a halo
+    NORMALIZATION  a computed intermediate (a statistic such as BatchNorm's mean, LayerNorm's, softmax's sum)
+    POOLING        a reduction of one input (pooling windows, sums and means over axes)
+    DATA_MOVEMENT  no arithmetic, only accesses and selections (slice, concat, reshape, transpose)
+    ELEMENTWISE    everything else (activations, element-wise arithmetic, broadcasts)
 """
 from __future__ import annotations
 
@@ -24,13 +35,23 @@ import math
 from dataclasses import dataclass
 
 from tofu.tdl.describe import OpDescription
-from tofu.tdl.expr import (Access, Binary, Compare, Computed, Const, IndexValue, OpaqueCall, Reduce, Select,
-                           TensorVar, Unary, Uses, ValueExpr, children)
+from tofu.tdl.expr import (Access, Binary, Compare, Computed, Const, IndexExpr, IndexValue, OpaqueCall, Reduce,
+                           Select, TensorVar, Unary, Uses, ValueExpr, children, index_vars)
 
 
 class OpClass(enum.Enum):
-    CONTRACTION = "contraction"     # a reduction whose terms read two or more inputs: GEMM, convolution
-    OTHER = "other"                 # element-wise, pooling, normalisation, softmax, reshapes
+    """What kind of kernel an op is (see the module docstring for how it is derived)."""
+
+    GEMM = "gemm"                     # contraction of two inputs without a window
+    CONVOLUTION = "convolution"       # contraction with a window (halo)
+    NORMALIZATION = "normalization"   # computed statistics (BatchNorm, LayerNorm, softmax)
+    POOLING = "pooling"               # reduction of one input (pooling, sum)
+    ELEMENTWISE = "elementwise"       # arithmetic per element
+    DATA_MOVEMENT = "data_movement"   # no arithmetic (slice, concat, identity, reshape)
+
+    @property
+    def contraction(self) -> bool:
+        return self in (OpClass.GEMM, OpClass.CONVOLUTION)
 
 
 @dataclass(frozen=True)
@@ -108,6 +129,26 @@ def _inputs_read(e: ValueExpr) -> set[str]:
     return names
 
 
+def _computes(e: ValueExpr) -> bool:
+    """Some arithmetic in ``e`` (selections and comparisons only pick among values: concat, pad)."""
+    return any(isinstance(x, (Unary, OpaqueCall)) or (isinstance(x, Binary) and not _identity(x))
+               for x in _nodes(e))
+
+
+def _windowed(r: Reduce) -> bool:
+    """Some access in the reduction's body has an index that mixes a reduction variable with another variable
+    (x * stride + dx): the reduction slides a window over its input."""
+    own = set(r.vars)
+    for x in _nodes(r.body):
+        if isinstance(x, Access):
+            for i in x.index:
+                if isinstance(i, IndexExpr):
+                    v = index_vars(i)
+                    if v & own and v - own:
+                        return True
+    return False
+
+
 def op_work(desc: OpDescription, itemsize: int = 4) -> OpWork:
     """The forward work of ``desc`` (one call, on the shapes it was described for)."""
     bodies = [o.body for o in desc.outputs]
@@ -115,12 +156,24 @@ def op_work(desc: OpDescription, itemsize: int = 4) -> OpWork:
     flops = sum(math.prod(o.shape) * _ops(o.body) for o in desc.outputs)
     flops += sum(math.prod(c.shape) * _ops(c.body) for c in computed)
     contracted: set[str] = set()
+    reductions, window = 0, False
     for body in bodies + [c.body for c in computed]:
         for x in _nodes(body):
             if isinstance(x, Reduce):
+                reductions += 1
                 read = _inputs_read(x.body)
                 if len(read) >= 2:
                     contracted |= read
+                    window = window or _windowed(x)
+    if contracted:
+        cls = OpClass.CONVOLUTION if window else OpClass.GEMM
+    elif computed:
+        cls = OpClass.NORMALIZATION
+    elif reductions:
+        cls = OpClass.POOLING
+    elif not any(_computes(b) for b in bodies):
+        cls = OpClass.DATA_MOVEMENT
+    else:
+        cls = OpClass.ELEMENTWISE
     elements = sum(math.prod(t.shape) for t in desc.inputs) + sum(math.prod(o.shape) for o in desc.outputs)
-    return OpWork(float(flops), float(elements * itemsize),
-                  OpClass.CONTRACTION if contracted else OpClass.OTHER, frozenset(contracted))
+    return OpWork(float(flops), float(elements * itemsize), cls, frozenset(contracted))

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tofu.sim.flops import OpClass
+
 GB = 1e9
 GiB = 2 ** 30
 
@@ -35,18 +37,27 @@ class Level:
 
 
 @dataclass(frozen=True)
-class Efficiency:
-    """The fraction of a peak an op class reaches (:mod:`tofu.sim.model`).
+class ClassRate:
+    """What one op class reaches on a device (:mod:`tofu.sim.model`).
 
     Attributes:
-        contraction: of ``peak_flops``, for ops whose reduction multiplies two inputs (GEMM, convolution).
-        other: of ``peak_flops``, for every other op (element-wise, pooling, normalisation; memory-bound anyway).
-        memory: of ``mem_bandwidth``, for every op.
+        compute: fraction of ``peak_flops`` its kernels reach.
+        memory: fraction of ``mem_bandwidth`` its kernels reach.
+        launch: fixed seconds per kernel call (engine push, kernel launch, MKL setup).
     """
 
-    contraction: float
-    other: float
+    compute: float
     memory: float
+    launch: float
+
+    def __post_init__(self):
+        if self.compute <= 0 or self.memory <= 0 or self.launch < 0:
+            raise ValueError(f"class rate {self}: efficiencies must be positive, launch non-negative")
+
+
+def uniform_rates(compute: float, memory: float, launch: float) -> tuple[tuple[OpClass, ClassRate], ...]:
+    """The same rate for every op class (the GPU profiles' stated assumption)."""
+    return tuple((c, ClassRate(compute, memory, launch)) for c in OpClass)
 
 
 @dataclass(frozen=True)
@@ -61,16 +72,16 @@ class Profile:
         memory_bytes: one device's memory capacity.
         levels: the interconnect, innermost level first (see the module docstring).
         host_bandwidth: bytes/s per direction between one device and host memory (what swapping uses).
-        launch_seconds: fixed cost of one kernel (or one engine op), added to each op's roofline time.
-        efficiency: the fractions of the peaks each op class reaches.
+        launch_seconds: fixed cost of one kernel (or one engine op) of a class that ``classes`` lacks.
+        classes: per :class:`~tofu.sim.flops.OpClass`, the fractions of the peaks it reaches and its launch cost.
         concurrency: how many devices compute at the same time (GPUs: all; CPU contexts share the cores, and
             each kernel already uses all of them: 1).
         source: where the numbers come from, in one line.
         step_seconds: fixed cost of one iteration beyond its kernels (the executor's forward and backward calls).
-        contraction_launch_seconds: fixed cost of one contraction kernel (None: ``launch_seconds``; on a CPU a
-            small GEMM call costs far more than an element-wise op that MXNet's engine runs in bulk).
         update_launch_seconds: fixed cost of one parameter update call (None: ``launch_seconds``; the runtime
             issues updates one by one, outside the bound graph).
+        copy_launch_seconds: fixed cost of one copy between devices (MXNet's ``_CrossDeviceCopy``), beside its
+            bytes over the interconnect (None: ``launch_seconds``).
     """
 
     name: str
@@ -81,16 +92,23 @@ class Profile:
     levels: tuple[Level, ...]
     host_bandwidth: float
     launch_seconds: float
-    efficiency: Efficiency
+    classes: tuple[tuple[OpClass, ClassRate], ...]
     concurrency: int
     source: str
     step_seconds: float = 0.0
     update_launch_seconds: float | None = None
-    contraction_launch_seconds: float | None = None
+    copy_launch_seconds: float | None = None
+
+    def rate(self, op_class: OpClass) -> ClassRate:
+        """The class's rates (a class the profile lacks: efficiencies 1, ``launch_seconds``)."""
+        for c, r in self.classes:
+            if c is op_class:
+                return r
+        return ClassRate(1.0, 1.0, self.launch_seconds)
 
     @property
-    def contraction_launch(self) -> float:
-        return self.launch_seconds if self.contraction_launch_seconds is None else self.contraction_launch_seconds
+    def copy_launch(self) -> float:
+        return self.launch_seconds if self.copy_launch_seconds is None else self.copy_launch_seconds
 
     @property
     def update_launch(self) -> float:
@@ -121,8 +139,9 @@ K80X8 = Profile(
     host_bandwidth=10 * GB,                 # PAPER.md: CPU-GPU 10 GB/s
     launch_seconds=10e-6,                   # ours: a CUDA kernel launch plus MXNet's engine push, order 10 us
     # ours, stated and not fitted: cuBLAS/cuDNN FP32 on Kepler reach about 60% of peak on large GEMM-like ops;
-    # ECC on (EC2's default) leaves about 75% of GDDR5's peak bandwidth to a streaming kernel.
-    efficiency=Efficiency(contraction=0.6, other=0.6, memory=0.75),
+    # ECC on (EC2's default) leaves about 75% of GDDR5's peak bandwidth to a streaming kernel. The same for every
+    # op class: no per-class number is measured for these GPUs (the paper's kernels are large).
+    classes=uniform_rates(compute=0.6, memory=0.75, launch=10e-6),
     concurrency=8,
     source="NVIDIA Tesla K80 datasheet (per GK210 die); Tofu paper section 7 (21 GB/s P2P, 10 GB/s CPU-GPU)")
 
@@ -138,7 +157,7 @@ V100X8 = Profile(
     levels=(Level("gpu", 1, 50 * GB), Level("quad", 4, 4 * 25 * GB)),
     host_bandwidth=16 * GB,                  # PCIe 3.0 x16: 15.75 GB/s per direction (PCIe 3.0 specification)
     launch_seconds=5e-6,                     # ours: order of a CUDA kernel launch
-    efficiency=Efficiency(contraction=0.7, other=0.7, memory=0.8),   # ours, stated and not fitted
+    classes=uniform_rates(compute=0.7, memory=0.8, launch=5e-6),     # ours, stated and not fitted
     concurrency=8,
     source="NVIDIA Tesla V100 datasheet (SXM2), DGX-1 V100 whitepaper (hybrid cube-mesh NVLink)")
 

@@ -9,8 +9,9 @@ again (:func:`tofu.sim.flops.op_work`). One call takes the roofline time
 
     t(call) = max(F / (e_c P), B / (e_m W)) + L
 
-F its FLOPs, B its bytes, P and W the device's peak FLOP/s and memory bandwidth, e_c the efficiency of the op's
-class (contraction or other), e_m the memory efficiency, L the per-kernel launch cost of the op's class. The backward of a call
+F its FLOPs, B its bytes, P and W the device's peak FLOP/s and memory bandwidth, e_c and e_m the compute and
+memory efficiencies of the op's class (:class:`~tofu.sim.flops.OpClass`: GEMM, convolution, normalization,
+pooling, element-wise, data movement), L the class's per-kernel launch cost. The backward of a call
 (ours, kept simple): when some input has a gradient, F_bwd = F * max(1, a), a the number of inputs with a
 gradient that the op's contraction reads (each needs a contraction of the forward's size: dX = dY W^T and
 dW = X^T dY for a matrix product; one element-wise pass otherwise), and B_bwd = 2 B (reads the output's
@@ -18,6 +19,9 @@ gradient and the forward's tensors, writes the inputs' gradients). The update (S
 :mod:`tofu.runtime` runs) reads weight, gradient and history and writes weight and history: 5 x 4 bytes and
 4 FLOPs per element of each parameter piece a device holds (a replicated piece once, on its first holder),
 one call per piece at the profile's update launch cost.
+Given the partitioned graph's glue (:mod:`tofu.sim.glue`: slices, concats, add_n, identities on each device,
+and the copies between devices), each glue op is costed like a call of its class (backward: twice its bytes)
+and each copy adds the profile's copy launch cost (its bytes stay in the communication term below).
 A device's compute C_w is the sum over its calls; devices run in parallel up to ``concurrency``:
 
     C = max(max_w C_w, sum_w C_w / concurrency) + the profile's fixed per-iteration cost
@@ -55,6 +59,7 @@ from tofu.graph.ir import Graph, Role
 from tofu.registry import load_builtin_operators
 from tofu.search.plan import Plan
 from tofu.sim.flops import OpClass, OpWork, op_work
+from tofu.sim.glue import Glue
 from tofu.sim.hardware import Profile
 from tofu.tdl.describe import describe
 
@@ -118,14 +123,12 @@ class IterationEstimate:
 
 def roofline_seconds(work: OpWork, flops: float, nbytes: float, profile: Profile,
                      launch: float | None = None) -> float:
-    """max(F / (e_c P), B / (e_m W)) + L for ``flops`` and ``nbytes`` of an op of ``work``'s class (L: ``launch``,
-    default the profile's launch cost of the op's class)."""
-    e = profile.efficiency
-    contraction = work.op_class is OpClass.CONTRACTION
-    eff = e.contraction if contraction else e.other
+    """max(F / (e_c P), B / (e_m W)) + L for ``flops`` and ``nbytes`` of an op of ``work``'s class (e_c, e_m, L:
+    the profile's for the class; L: ``launch`` when given)."""
+    r = profile.rate(work.op_class)
     if launch is None:
-        launch = profile.contraction_launch if contraction else profile.launch_seconds
-    return max(flops / (eff * profile.peak_flops), nbytes / (e.memory * profile.mem_bandwidth)) + launch
+        launch = r.launch
+    return max(flops / (r.compute * profile.peak_flops), nbytes / (r.memory * profile.mem_bandwidth)) + launch
 
 
 def backward_work(work: OpWork, grads: Sequence[str]) -> tuple[float, float]:
@@ -199,7 +202,7 @@ def device_compute(graph: Graph, plan: Plan, profile: Profile) -> tuple[tuple[fl
             seen.add(box)
             n = math.prod(_size(box))
             update = OpWork(UPDATE_FLOPS_PER_ELEMENT * n, UPDATE_BYTES_PER_ELEMENT * n * t.nbytes / t.size,
-                            OpClass.OTHER, frozenset())
+                            OpClass.ELEMENTWISE, frozenset())
             seconds[w] += roofline_seconds(update, update.flops, update.bytes, profile, profile.update_launch)
             flops += update.flops
     return tuple(seconds), flops
@@ -238,8 +241,24 @@ def batch_size(graph: Graph) -> int:
     return max(t.shape[0] for t in data)
 
 
+def glue_seconds(glue: Glue, workers: int, profile: Profile) -> tuple[float, ...]:
+    """Per device, the seconds of the partitioned graph's glue: every glue call's roofline time of its class
+    (backward: twice the bytes, when it has one), and every copy's launch cost on its destination (and its
+    backward's on its source); the copies' bytes are the plan's step bytes, timed in the communication."""
+    seconds = [0.0] * workers
+    for c in glue.calls:
+        seconds[c.device] += roofline_seconds(c.work, c.work.flops, c.work.bytes, profile)
+        if c.backward:
+            seconds[c.device] += roofline_seconds(c.work, c.work.flops, 2 * c.work.bytes, profile)
+    for c in glue.copies:
+        seconds[c.dst] += profile.copy_launch
+        if c.backward:
+            seconds[c.src] += profile.copy_launch
+    return tuple(seconds)
+
+
 def simulate(graph: Graph, plan: Plan, profile: Profile, overlap: Overlap = Overlap.NONE,
-             batch: int | None = None) -> IterationEstimate:
+             batch: int | None = None, glue: Glue | None = None) -> IterationEstimate:
     """One training iteration of ``graph`` partitioned by ``plan`` on ``profile``.
 
     Args:
@@ -248,12 +267,16 @@ def simulate(graph: Graph, plan: Plan, profile: Profile, overlap: Overlap = Over
         profile: the hardware.
         overlap: how compute and communication combine.
         batch: samples per iteration (default: :func:`batch_size`).
+        glue: the partitioned graph's glue (:func:`tofu.sim.glue.count_glue`), added to each device's compute;
+            None: kernels only.
 
     Raises:
         ValueError: the plan needs more devices than the profile has.
     """
     comm = step_comm_seconds(plan, profile)
     devices, flops = device_compute(graph, plan, profile)
+    if glue is not None:
+        devices = tuple(d + g for d, g in zip(devices, glue_seconds(glue, len(devices), profile)))
     compute = max(max(devices), sum(devices) / profile.concurrency) + profile.step_seconds
     total_comm = sum(comm)
     seconds = compute + total_comm if overlap is Overlap.NONE else max(compute, total_comm)

@@ -1,0 +1,285 @@
+"""The glue of a partitioned graph, counted per device: the ops the rewriter adds around the kernels.
+
+Input: a :class:`~tofu.rewrite.apply_plan.PartitionedGraph` (its MXNet symbol and shard variables) and the
+graph it was built from. Output: a :class:`Glue`, every glue call with its device, class, bytes and whether it
+has a backward, and every copy between devices that MXNet inserts when it binds the symbol.
+
+What is counted (exact, read from the symbol the executor binds):
+
+* glue ops: every node of an op in ``GLUE_OPS`` (``slice``, ``Concat``, ``add_n``, ``identity``, fills,
+  scalings, the element-wise max/min/mul of a non-sum reduction) that the rewriter named (``...@dev...``) and
+  that is not one of the graph's own op calls (``{node}@dev{w}``; an expansion's own arithmetic, unnamed, is the
+  op's work, not glue); their bytes are inputs read plus outputs written, their class the one
+  :func:`tofu.sim.flops.op_work` derives (``identity`` and fills, which have no description: data movement);
+* copies: every producer output read by a node on another device, once per (output, destination device):
+  the ``_CrossDeviceCopy`` MXNet inserts;
+* backward: a glue op or a copy has a backward (its adjoint: a slice's scatter, a concat's split, a copy back)
+  when some parameter with a gradient reaches it.
+
+Building the symbol takes MXNet and a second or so for the small models. :func:`glue_from_plan` counts the same
+from the plan alone (the rewriter's gathers replayed on the boxes :func:`tofu.analysis.compose.compose` gives,
+no MXNet), for the paper-size models; it equals the symbol's count except for the statistics exchange of an
+op run by its expansion (BatchNorm split along the batch), which it leaves out.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from tofu.errors import TofuError
+from tofu.graph.attrs import Attrs
+from tofu.graph.ir import Graph, Role
+from tofu.sim.flops import OpClass, OpWork
+
+GLUE_OPS = frozenset({"slice", "Concat", "concat", "add_n", "ElementWiseSum", "identity", "_copy", "_zeros",
+                      "zeros", "_full", "full", "_mul_scalar", "broadcast_maximum", "broadcast_minimum",
+                      "broadcast_mul"})
+_UNDESCRIBED = frozenset({"identity", "_copy", "_zeros", "zeros", "_full", "full"})   # no TDL: data movement
+
+
+@dataclass(frozen=True)
+class GlueCall:
+    """One glue op on ``device``: its forward work, and whether it has a backward."""
+
+    device: int
+    op: str
+    work: OpWork
+    backward: bool
+
+
+@dataclass(frozen=True)
+class Copy:
+    """One copy of ``nbytes`` from device ``src`` to ``dst`` (forward; ``backward``: its gradient goes back)."""
+
+    src: int
+    dst: int
+    nbytes: int
+    backward: bool
+
+
+@dataclass(frozen=True)
+class Glue:
+    calls: tuple[GlueCall, ...]
+    copies: tuple[Copy, ...]
+
+    def count(self, device: int) -> int:
+        return sum(1 for c in self.calls if c.device == device)
+
+
+def _device(attrs: Mapping[str, str]) -> int | None:
+    g = attrs.get("__ctx_group__")
+    return int(g[3:]) if g and g.startswith("dev") else None
+
+
+def _shapes(symbol, arg_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    internals = symbol.get_internals()
+    _, out, _ = internals.infer_shape(**arg_shapes)
+    return dict(zip(internals.list_outputs(), (tuple(s) for s in out)))
+
+
+def count_glue(graph: Graph, pg) -> Glue:
+    """The glue calls and copies of ``pg`` (see the module docstring)."""
+    from tofu.sim.model import op_call_work
+
+    doc = json.loads(pg.symbol.tojson())
+    shapes = _shapes(pg.symbol, pg.shapes())
+    own = {f"{n.name}@dev{w}" for n in graph.nodes for w in range(pg.workers)}
+    trainable = {v.name for v in pg.variables if v.role is Role.PARAM}
+    nodes = doc["nodes"]
+    outputs: list[list[tuple[int, ...]]] = []
+    device: list[int | None] = []
+    grad: list[bool] = []
+    calls, copies, seen = [], [], set()
+    for jn in nodes:
+        attrs = jn.get("attrs", {})
+        dev = _device(attrs)
+        if jn["op"] == "null":
+            outputs.append([shapes.get(jn["name"], ())])
+            device.append(dev)
+            grad.append(jn["name"] in trainable)
+            continue
+        name = jn["name"]
+        outs = [s for n, s in shapes.items() if n.startswith(name + "_") and n[len(name) + 1:].startswith("output")]
+        outs = outs or [s for n, s in shapes.items() if n.startswith(name + "_")][:1]
+        outputs.append(outs)
+        device.append(dev)
+        ins = [(i[0], i[1]) for i in jn["inputs"]]
+        g = any(grad[i] for i, _ in ins)
+        grad.append(g)
+        in_shapes = [outputs[i][o] if o < len(outputs[i]) else () for i, o in ins]
+        for (i, o), s in zip(ins, in_shapes):
+            if dev is not None and device[i] is not None and device[i] != dev and (i, o, dev) not in seen:
+                seen.add((i, o, dev))
+                copies.append(Copy(device[i], dev, 4 * math.prod(s), grad[i]))
+        if jn["op"] in GLUE_OPS and "@dev" in name and name not in own and dev is not None:
+            calls.append(GlueCall(dev, jn["op"], _work(jn["op"], attrs, in_shapes, outs, op_call_work), g))
+    return Glue(tuple(calls), tuple(copies))
+
+
+def _work(op: str, attrs: Mapping[str, str], ins, outs, op_call_work) -> OpWork:
+    elements = sum(math.prod(s) for s in ins) + sum(math.prod(s) for s in outs)
+    if op not in _UNDESCRIBED:
+        try:
+            clean = {k: v for k, v in attrs.items() if not k.startswith("__")}
+            return op_call_work(op, Attrs.parse(clean), ins, outs)
+        except TofuError:       # an op the registry cannot describe is costed as data movement
+            pass
+    return OpWork(0.0, 4.0 * elements, OpClass.DATA_MOVEMENT, frozenset())
+
+
+class _PlanGlue:
+    """The rewriter's gathers (:mod:`tofu.rewrite.comm`) replayed on boxes: what :func:`count_glue` reads from the
+    symbol, derived from the plan and :func:`~tofu.analysis.compose.compose` alone (no MXNet)."""
+
+    def __init__(self, graph: Graph, plan):
+        from tofu.analysis.compose import coordinates
+
+        self.graph = graph
+        self.factors = tuple(s.factor for s in plan.steps)
+        self.k = math.prod(self.factors)
+        dims = [dict(s.tensor_dims) for s in plan.steps]
+        self.dims = {t.id: tuple(d[t.name] for d in dims) for t in graph.tensors}
+        steps = [dict(s.op_choices) for s in plan.steps]
+        self.choices = {n.id: tuple(c[n.name] for c in steps) for n in graph.nodes}
+        self.coords = [coordinates(w, self.factors) for w in range(self.k)]
+        self.grads = graph.with_gradient
+        self.calls: list[GlueCall] = []
+        self.copies: list[Copy] = []
+        self.sent: set = set()
+
+    def box(self, t: int, w: int):
+        from tofu.analysis.compose import held_box
+
+        return held_box(self.graph.tensors[t].shape, self.dims[t], self.factors, w)
+
+    def distance(self, u: int, w: int) -> int:
+        if u == w:
+            return 0
+        first = next(j for j, (a, b) in enumerate(zip(self.coords[u], self.coords[w])) if a != b)
+        return len(self.factors) - first
+
+    def emit(self, device: int, op: str, ins, out, t: int) -> None:
+        """One glue op; it has a backward when it reads a piece of a tensor with a gradient (fills read none)."""
+        elements = sum(math.prod(_extent(b)) for b in ins) + math.prod(_extent(out))
+        cls = OpClass.ELEMENTWISE if op == "add_n" else OpClass.DATA_MOVEMENT
+        self.calls.append(GlueCall(device, op, OpWork(0.0 if cls is OpClass.DATA_MOVEMENT else
+                                                      float(math.prod(_extent(out)) * (len(ins) - 1)),
+                                                      4.0 * elements, cls, frozenset()),
+                                     bool(ins) and t in self.grads))
+
+    # a held piece: (device, box, key)
+    def piece(self, t: int, src, box, dst: int) -> None:
+        dev, held, key = src
+        if (t, dev, held, key, box, dst) in self.sent:
+            return
+        if box == held and dev == dst:
+            return
+        self.sent.add((t, dev, held, key, box, dst))
+        self.emit(dev, "_copy" if box == held else "slice", [held], box, t)
+        if dev != dst:
+            self.copies.append(Copy(dev, dst, 4 * math.prod(_extent(box)), t in self.grads))
+
+    def gather(self, t: int, held, box, dst: int, data=None) -> None:
+        data = box if data is None else data
+        if not all(hi > lo for lo, hi in data):
+            self.emit(dst, "_full", [], box, t)
+            return
+        parts = [h for h in held if _meet(h[1], data) is not None]
+        cuts = []
+        for d, (lo, hi) in enumerate(data):
+            cuts.append(sorted({lo, hi} | {e for h in parts for e in h[1][d] if lo < e < hi}))
+        self.assemble(t, parts, data, cuts, 0, dst)
+        current = list(data)                    # the fill around the data (a halo past the tensor's ends)
+        for d, ((lo, hi), (a, b)) in enumerate(zip(box, data)):
+            pads = (a > lo) + (b < hi)
+            for side in range(pads):
+                self.emit(dst, "_full", [], tuple((lo, a) if i == d else r for i, r in enumerate(current)), t)
+            if pads:
+                self.emit(dst, "Concat", [tuple(current)], tuple((lo, hi) if i == d else r
+                                                                 for i, r in enumerate(current)), t)
+            current[d] = (lo, hi)
+
+    def assemble(self, t, parts, box, cuts, d, dst) -> None:
+        if d == len(box):
+            self.cell(t, parts, box, dst)
+            return
+        edges = [e for e in cuts[d] if box[d][0] <= e <= box[d][1]]
+        segments = [tuple((a, b) if i == d else r for i, r in enumerate(box)) for a, b in zip(edges, edges[1:])]
+        for s in segments:
+            self.assemble(t, parts, s, cuts, d + 1, dst)
+        if len(segments) > 1:
+            self.emit(dst, "Concat", segments, box, t)
+
+    def cell(self, t, parts, cell, dst) -> None:
+        covering: dict = {}
+        for h in parts:
+            if all(a <= c and e <= b for (a, b), (c, e) in zip(h[1], cell)):
+                best = covering.get(h[2])
+                if best is None or (self.distance(h[0], dst), h[0]) < (self.distance(best[0], dst), best[0]):
+                    covering[h[2]] = h
+        for _, h in sorted(covering.items()):
+            self.piece(t, h, cell, dst)
+        if len(covering) > 1:
+            self.emit(dst, "add_n", [cell] * len(covering), cell, t)
+
+    def run(self) -> Glue:
+        from tofu.analysis.compose import compose
+        from tofu.analysis.views import NodeView
+        from tofu.graph.ir import LOSS_OPS
+
+        held: dict[int, list] = {}
+        for t in self.graph.tensors:
+            if t.producer is None and t.role is not Role.AUX:
+                seen, pieces = set(), []
+                for w in range(self.k):
+                    b = self.box(t.id, w)
+                    if t.role is Role.PARAM and b in seen:
+                        continue
+                    seen.add(b)
+                    pieces.append((w, b, ()))
+                held[t.id] = pieces
+        consumed = {t for n in self.graph.nodes for t in n.inputs} | set(self.graph.heads)
+        for node in self.graph.nodes:
+            calls = compose(NodeView.of(self.graph, node), self.choices[node.id], self.factors)
+            for call in calls:
+                for p in call.inputs:
+                    t = node.inputs[p.input]
+                    if p.zeroed:
+                        self.emit(call.worker, "_zeros", [], p.box, t)
+                    elif self.graph.tensors[t].role is not Role.AUX:
+                        self.gather(t, held[t], p.box, call.worker, p.data)
+                if not call.expansion:
+                    for o, box in enumerate(call.keep or ()):
+                        self.emit(call.worker, "slice", [call.outputs[o].box], box, node.outputs[o])
+                    if call.scale != 1.0:
+                        for o in call.outputs:
+                            self.emit(call.worker, "_mul_scalar", [o.box], o.box, node.outputs[0])
+            for o, t in enumerate(node.outputs):
+                if t not in consumed:
+                    continue
+                produced = [(c.worker, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial))
+                            for c in calls]
+                if node.op in LOSS_OPS:
+                    produced = list({(b, key): (w, b, key) for w, b, key in reversed(produced)}.values())[::-1]
+                for w in range(self.k):
+                    self.gather(t, produced, self.box(t, w), w)
+                held[t] = [(w, self.box(t, w), ()) for w in range(self.k)]
+        return Glue(tuple(self.calls), tuple(self.copies))
+
+
+def _extent(box) -> tuple[int, ...]:
+    return tuple(b - a for a, b in box)
+
+
+def _meet(a, b):
+    out = tuple((max(x, u), min(y, v)) for (x, y), (u, v) in zip(a, b))
+    return out if all(lo < hi for lo, hi in out) else None
+
+
+def glue_from_plan(graph: Graph, plan) -> Glue:
+    """The glue of ``graph`` under ``plan`` without building the symbol: the rewriter's gathers replayed on the
+    boxes :func:`~tofu.analysis.compose.compose` gives (for the paper-size models). Not counted: the statistics
+    exchange inside an op's expansion (BatchNorm split along the batch), whose glue the symbol count has."""
+    return _PlanGlue(graph, plan).run()
