@@ -1,0 +1,252 @@
+"""Stage 5 across machines: Tofu inside each machine, data parallel across machines on MXNet's dist kvstore.
+
+Input: the Graph of one machine's share of the global batch, its :class:`~tofu.search.plan.Plan` for the k local
+devices, the partitioned graph, whole initial values, a ``dist_sync`` kvstore. Output: a :class:`KVStoreTrainer`
+whose steps are bit-for-bit the local :class:`~tofu.runtime.train.Trainer`'s but for the gradients, which are
+summed over the machines, and a :class:`MachineReport` of one machine's run (losses, bytes handed to the kvstore).
+
+Every machine binds the same partitioned graph on its k devices and feeds rows ``[m B/M, (m+1) B/M)`` of the
+global batch (machine ``m`` is the kvstore rank). After the backward pass, every parameter shard variable's
+gradient (one array on the device that holds the shard) is pushed under its own key, the variable's name
+(``fc1_weight@dev0``); ``dist_sync`` servers sum the M pushes of a key and the sum is pulled back into the same
+gradient array. Servers hold gradient shards, never whole tensors, and never parameters.
+
+The update is local, after the pull: every machine applies the same ``sgd_mom_update`` with the same summed
+gradient to its own shards and momentum, so the replicas stay identical without parameters ever crossing.
+Chosen over the servers' optimizer because (1) the bytes are the same (push a gradient, pull a gradient instead of
+a weight), (2) the update is the single-machine Trainer's, operation for operation, so one machine with M = 1
+trains exactly as ``tofu run`` does, (3) the momentum stays on the device of its shard instead of on servers, and
+(4) ``kvstore.set_optimizer`` sends a pickled optimizer that every server unpickles: code execution on the servers
+for whoever reaches their port.
+
+Gradient scaling: the global gradient is the sum over machines of each machine's gradient on its rows when the
+loss head sums per-sample gradients (``SoftmaxOutput``'s default ``normalization='null'``, the regression outputs,
+``MakeLoss``): scale 1. A head normalised by its batch (``'batch'``, or ``'valid'`` without an ignored label)
+divides by B/M on each machine instead of B: scale 1/M, applied as the update's ``rescale_grad``
+(:func:`gradient_scale`).
+
+Bytes: each shard is pushed and pulled once per machine per iteration, so a machine hands the kvstore the
+parameter shards of all its devices in each direction: the model's parameter bytes
+(:func:`predicted_kvstore_bytes`). The count is of array payloads at the push and pull calls; ps-lite's message
+headers are not counted.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import mxnet as mx
+import numpy as np
+
+from tofu.errors import TofuError
+from tofu.graph.ir import LOSS_OPS, Graph, Role
+from tofu.rewrite.apply_plan import PartitionedGraph
+from tofu.runtime.train import Trainer, quiet
+
+
+class DistributedError(TofuError):
+    """A hybrid run cannot be set up as asked (batch not divisible, a loss head that cannot be split)."""
+
+
+def machine_rows(global_batch: int, machines: int, machine: int) -> slice:
+    """Rows ``[m B/M, (m+1) B/M)`` of the global batch, machine ``m``'s share.
+
+    Raises:
+        DistributedError: ``global_batch`` is not divisible by ``machines``, or ``machine`` is out of range.
+    """
+    if machines < 1 or global_batch % machines:
+        raise DistributedError(f"global batch {global_batch} is not divisible by {machines} machines")
+    if not 0 <= machine < machines:
+        raise DistributedError(f"machine {machine} is not one of 0..{machines - 1}")
+    share = global_batch // machines
+    return slice(machine * share, (machine + 1) * share)
+
+
+def machine_batch(batch: Mapping[str, np.ndarray], machines: int, machine: int) -> dict[str, np.ndarray]:
+    """Machine ``machine``'s rows (axis 0, the batch axis of every zoo model's data and labels) of each array."""
+    sizes = {a.shape[0] for a in batch.values()}
+    if len(sizes) != 1:
+        raise DistributedError(f"data and labels disagree on the batch size: {sorted(sizes)}")
+    rows = machine_rows(sizes.pop(), machines, machine)
+    return {name: np.ascontiguousarray(a[rows]) for name, a in batch.items()}
+
+
+def gradient_scale(graph: Graph, machines: int) -> float:
+    """The factor that turns the sum over machines of their gradients into the gradient of the global batch.
+
+    Raises:
+        DistributedError: a loss head normalises by its count of valid labels, which differs per machine.
+    """
+    scale = 1.0
+    for node in graph.nodes:
+        if node.op not in LOSS_OPS:
+            continue
+        norm = str(node.attrs.get("normalization", "null"))
+        ignore = str(node.attrs.get("use_ignore", "False")).lower() in ("true", "1")
+        if norm == "valid" and ignore:
+            raise DistributedError(f"{node.op} '{node.name}' divides by its valid labels, which differ per machine")
+        if norm in ("batch", "valid"):
+            scale = 1.0 / machines
+    return scale
+
+
+def predicted_kvstore_bytes(graph: Graph) -> int:
+    """Bytes one machine pushes per iteration, and pulls: every device's parameter shards, each once.
+
+    A plan partitions every parameter evenly over the devices, each element in exactly one shard (DESIGN.md,
+    section 2), so the shards of all devices add up to the model's parameters. (``plan.per_device_bytes``
+    gives the largest device's share: k times it is an upper bound, exact only when the shards are equal.)
+    """
+    return graph.param_bytes
+
+
+class KVStoreTrainer(Trainer):
+    """A :class:`Trainer` whose parameter gradients are summed over the machines of a ``dist_sync`` kvstore
+    between the backward pass and the (local) SGD-momentum update."""
+
+    def __init__(self, pg: PartitionedGraph, values: Mapping[str, np.ndarray], kvstore, scale: float = 1.0,
+                 ctx: str = "cpu", lr: float = 0.05, momentum: float = 0.9):
+        super().__init__(pg, values, ctx, lr, momentum)
+        self.kvstore, self.scale = kvstore, scale
+        self.keys = [v.name for v in self.params]
+        # the servers only ever hold sums of gradients: start every key at zero, the same on every machine
+        # (dist kvstore: rank 0 sends the value, every worker waits at a barrier)
+        kvstore.init(self.keys, [mx.nd.zeros(v.shape) for v in self.params])
+        self.pushed_bytes: list[int] = []
+        self.pulled_bytes: list[int] = []
+
+    def step(self, batch: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """One step: forward, backward, push every gradient shard, pull the sums into them, update locally;
+        returns the graph outputs before the update."""
+        if batch:
+            self.feed(batch)
+        grads = [self.executor.grad_dict[k] for k in self.keys]
+        start = time.perf_counter()
+        with quiet():
+            outs = self.executor.forward(is_train=True)
+            self.executor.backward()
+            self.kvstore.push(self.keys, grads)
+            self.pushed_bytes.append(_nbytes(grads))
+            self.kvstore.pull(self.keys, out=grads)
+            self.pulled_bytes.append(_nbytes(grads))
+            for v, g in zip(self.params, grads):
+                w = self.executor.arg_dict[v.name]
+                mx.nd.sgd_mom_update(w, g, self.moms[v.name], lr=self.lr, momentum=self.momentum,
+                                     rescale_grad=self.scale, out=w)
+            mx.nd.waitall()
+            self.step_seconds.append(time.perf_counter() - start)
+            return self._assemble([o.asnumpy() for o in outs])
+
+
+def _nbytes(arrays) -> int:
+    return sum(a.size * np.dtype(a.dtype).itemsize for a in arrays)
+
+
+@dataclass(frozen=True)
+class MachineReport:
+    """One machine's run: its rank, its losses (on its rows), and the bytes it handed the kvstore per step."""
+
+    model: str
+    machine: int
+    machines: int
+    workers: int
+    algo: str
+    global_batch: int
+    losses: tuple[float, ...]
+    step_seconds: tuple[float, ...]
+    pushed_bytes: tuple[int, ...]
+    pulled_bytes: tuple[int, ...]
+    predicted_bytes: int            # per direction, per iteration
+
+    def to_json(self) -> dict:
+        return {"model": self.model, "machine": self.machine, "machines": self.machines, "workers": self.workers,
+                "algo": self.algo, "global_batch": self.global_batch, "losses": list(self.losses),
+                "step_seconds": list(self.step_seconds), "pushed_bytes": list(self.pushed_bytes),
+                "pulled_bytes": list(self.pulled_bytes), "predicted_bytes": self.predicted_bytes}
+
+    @staticmethod
+    def from_json(doc: Mapping) -> "MachineReport":
+        return MachineReport(doc["model"], int(doc["machine"]), int(doc["machines"]), int(doc["workers"]),
+                             doc["algo"], int(doc["global_batch"]), tuple(doc["losses"]),
+                             tuple(doc["step_seconds"]), tuple(doc["pushed_bytes"]), tuple(doc["pulled_bytes"]),
+                             int(doc["predicted_bytes"]))
+
+
+def final_values(graph: Graph, values: Mapping[str, np.ndarray], trainer: Trainer) -> dict[str, np.ndarray]:
+    """Every parameter and auxiliary state of ``graph``, whole, after training (values the graph never updated
+    keep their initial ones)."""
+    final = {**values, **trainer.parameters((Role.PARAM, Role.AUX))}
+    return {t.name: final[t.name] for t in graph.tensors if t.producer is None and t.role in (Role.PARAM, Role.AUX)}
+
+
+@dataclass(frozen=True)
+class HybridReport:
+    """A whole hybrid run: every machine's report (by rank), the parameters after training (machine 0's, whole),
+    and how far the other machines' copies of them are from machine 0's (0 when the replicas stayed in step)."""
+
+    machines: tuple[MachineReport, ...]
+    final_values: dict
+    replica_max_abs_diff: float
+    seconds: float
+
+    @property
+    def losses(self) -> tuple[float, ...]:
+        """The loss of the global batch at every step: the mean of the machines' (equal shares of rows)."""
+        return tuple(float(np.mean(step)) for step in zip(*(m.losses for m in self.machines)))
+
+    @property
+    def measured_bytes(self) -> int:
+        """Bytes one machine handed the kvstore per iteration, pushed plus pulled (every machine, every step
+        alike; :class:`DistributedError` otherwise)."""
+        counts = {p + q for m in self.machines for p, q in zip(m.pushed_bytes, m.pulled_bytes)}
+        if len(counts) != 1:
+            raise DistributedError(f"machines or steps moved different bytes: {sorted(counts)}")
+        return counts.pop()
+
+    @property
+    def predicted_bytes(self) -> int:
+        """The plan's pushed plus pulled bytes per machine per iteration."""
+        return 2 * self.machines[0].predicted_bytes
+
+
+def train_hybrid(model: str, global_batch: int, machines: int, workers: int, out_dir: str | Path, steps: int = 10,
+                 algo: str = "tofu", servers: int = 1, lr: float = 0.05, momentum: float = 0.9, seed: int = 0,
+                 timeout_s: float = 300.0, worker_command: Sequence[str] | None = None) -> HybridReport:
+    """Plans one machine's share of the batch, launches ``machines`` workers of it on loopback
+    (:func:`tofu.runtime.launch.launch_local`) and collects their results from ``out_dir``.
+
+    ``worker_command`` (argv) replaces ``python -m tofu.runtime.dist_worker``, with the same arguments appended.
+
+    Raises:
+        DistributedError: the batch does not split over the machines, or a machine wrote no result.
+        LaunchError: a process failed or the run timed out (logs in ``out_dir/logs``).
+    """
+    from tofu.api import load_graph, load_plan
+    from tofu.models import ModelOptions
+    from tofu.runtime.data import load_checkpoint
+    from tofu.runtime.launch import launch_local
+
+    rows = machine_rows(global_batch, machines, 0)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    graph = load_graph(model, ModelOptions(batch=rows.stop - rows.start))
+    plan_path = out / "plan.json"
+    load_plan(graph, workers, algo).save(plan_path)      # planned once, replayed by every machine
+    command = list(worker_command or [sys.executable, "-m", "tofu.runtime.dist_worker"])
+    command += [model, "--batch", str(global_batch), "--workers", str(workers), "--out-dir", str(out),
+                "--steps", str(steps), "--algo", algo, "--plan", str(plan_path), "--lr", repr(lr),
+                "--momentum", repr(momentum), "--seed", str(seed)]
+    launched = launch_local(command, machines, servers, log_dir=out / "logs", timeout_s=timeout_s)
+    reports, values = [], []
+    for m in range(machines):
+        doc = out / f"machine{m}.json"
+        if not doc.is_file():
+            raise DistributedError(f"machine {m} wrote no result '{doc}' (log directory: {out / 'logs'})")
+        reports.append(MachineReport.from_json(json.loads(doc.read_text())))
+        values.append(load_checkpoint(out / f"machine{m}.params", graph))
+    spread = max((float(np.abs(v[n] - values[0][n]).max()) for v in values[1:] for n in v), default=0.0)
+    return HybridReport(tuple(reports), values[0], spread, launched.seconds)
