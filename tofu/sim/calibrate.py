@@ -48,7 +48,8 @@ from tofu.sim.hardware import ClassRate, Level, Profile
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path("results/sim/cpu_profile.json")
-VERSION = 2
+VERSION = 3
+RATE_BOUND = 4.0        # a class's fitted rate is at most this x the machine's peak (cache-resident ops may beat it)
 
 Shape = tuple[int, ...]
 
@@ -258,7 +259,7 @@ def case_work(case: OpCase, out_shapes: Sequence[Shape]) -> OpWork:
 def fit_rate(points: Sequence[tuple[float, float, float, float]], max_rate: float = math.inf) -> tuple[float, float]:
     """(R, L) minimising sum_i ((c_i + n_i L + x_i / R) / t_i - 1)^2 over points (t_i, c_i, n_i, x_i), L >= 0
     (t_i measured, c_i its known fixed part, n_i its kernel calls, x_i its work), R <= ``max_rate`` (when the
-    work explains nothing of the time, R is the bound and L is refitted).
+    work explains nothing of the time, R is the bound, infinite only when unbounded, and L is refitted).
 
     >>> r, l = fit_rate([(2.5, 0.5, 1, 10.0), (3.5, 0.5, 1, 20.0)])
     >>> round(r, 6), round(l, 6)
@@ -269,18 +270,28 @@ def fit_rate(points: Sequence[tuple[float, float, float, float]], max_rate: floa
     t, c, n, x = (np.array([p[i] for p in points], dtype=float) for i in range(4))
     a = np.stack([n / t, x / t], axis=1)
     b = 1.0 - c / t
-    (launch, inv), *_ = np.linalg.lstsq(a, b, rcond=None)
-    if launch < 0:
-        launch = 0.0
-        inv = float((b * x / t).sum() / ((x / t) ** 2).sum())
-    if inv < 1.0 / max_rate or inv <= 0:
-        inv = 1.0 / max_rate
+    floor = 1.0 / max_rate                       # the smallest 1/R allowed (0 when unbounded)
+
+    def launch_for(inv: float) -> float:
         r = b - inv * x / t
-        launch = max(0.0, float((r * n / t).sum() / ((n / t) ** 2).sum()))
-    return 1.0 / float(inv), float(launch)
+        return max(0.0, float((r * n / t).sum() / ((n / t) ** 2).sum()))
+
+    # The minimum of a convex quadratic over {L >= 0, 1/R >= floor} is the unconstrained one when feasible,
+    # else it lies on an edge: L = 0 (1/R refitted) or 1/R = floor (L refitted).
+    (launch, inv), *_ = np.linalg.lstsq(a, b, rcond=None)
+    candidates = [(float(launch), float(inv))] if launch >= 0 and inv >= floor and inv > 0 else []
+    inv0 = max(floor, float((b * x / t).sum() / ((x / t) ** 2).sum()))
+    if inv0 > 0:
+        candidates.append((0.0, inv0))
+    candidates.append((launch_for(floor), floor))
+    launch, inv = min(candidates, key=lambda li: float(((a @ np.array(li) - b) ** 2).sum()))
+    return (1.0 / inv if inv > 0 else math.inf), launch
 
 
-def _class_fit(op_class: OpClass, measured: Sequence[tuple[OpCase, float, OpWork]], call: float) -> ClassFit:
+def _class_fit(op_class: OpClass, measured: Sequence[tuple[OpCase, float, OpWork]], call: float,
+               peak: float) -> ClassFit:
+    """The class's rate and launch, the rate at most ``RATE_BOUND`` x ``peak`` (the machine's GEMM FLOP/s or
+    copy bandwidth): noisy points may otherwise fit a rate without bound."""
     from tofu.sim.model import backward_work
 
     compute = op_class.contraction
@@ -289,7 +300,7 @@ def _class_fit(op_class: OpClass, measured: Sequence[tuple[OpCase, float, OpWork
         bf, bb = backward_work(work, case.grads)
         x = work.flops + bf if compute else work.bytes + bb
         points.append((t, call, 1 + (bf > 0 or bb > 0), x))
-    rate, launch = fit_rate(points)
+    rate, launch = fit_rate(points, max_rate=RATE_BOUND * peak)
     errors = [abs((c + n * launch + x / rate) / t - 1) for t, c, n, x in points]
     return ClassFit("compute" if compute else "memory", rate, launch, len(points), statistics.median(errors))
 
@@ -336,6 +347,7 @@ def measure(repeats: int = 15) -> Calibration:
     n = 64 * 2 ** 20 // 4
     src, dst = mx.nd.ones((n,), ctx=mx.cpu(0)), mx.nd.zeros((n,), ctx=mx.cpu(0))
     t_copy = _median_seconds(lambda: (src.copyto(dst), dst.wait_to_read()), max(5, repeats // 3))
+    gemm_flops, copy_bandwidth = 2 * gemm_n ** 3 / t_gemm, 2 * n * 4 / t_copy
 
     calls, fits = [], {}
     for op_class, cases in CALIBRATION_CASES.items():
@@ -345,9 +357,10 @@ def measure(repeats: int = 15) -> Calibration:
         for case in cases:
             t, outs = measure_op(case, repeats)
             measured.append((case, t, case_work(case, outs)))
-        fits[op_class.value] = _class_fit(op_class, measured, call)
+        peak = gemm_flops if op_class.contraction else copy_bandwidth
+        fits[op_class.value] = _class_fit(op_class, measured, call, peak)
     cross_bw, copy_launch = _copy_fit(repeats, fits[OpClass.DATA_MOVEMENT.value], _call_seconds(repeats),
-                                      2 * n * 4 / t_copy)
+                                      copy_bandwidth)
     call = statistics.median(calls)
 
     w, g, m = (mx.nd.ones((8,)) for _ in range(3))
@@ -360,7 +373,7 @@ def measure(repeats: int = 15) -> Calibration:
     update = _median_seconds(updates, max(5, repeats // 3)) / calls
 
     memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    return Calibration(2 * gemm_n ** 3 / t_gemm, 2 * n * 4 / t_copy, cross_bw, copy_launch, call, update, fits,
+    return Calibration(gemm_flops, copy_bandwidth, cross_bw, copy_launch, call, update, fits,
                        memory, platform.node(), os.cpu_count() or 1, repeats)
 
 
