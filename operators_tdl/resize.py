@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from operators_tdl.conv import DeconvolutionAttrs, deconvolution
 from tofu.errors import TDLError
 from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import IndexExpr, IndexValue, TensorVar, ValueExpr, Var, ge, lt, where
+from tofu.tdl.expr import IndexExpr, IndexValue, Sum, TensorVar, ValueExpr, Var, ge, lt, where
 
 
 @dataclass(frozen=True)
@@ -72,24 +72,27 @@ class BilinearResize2DAttrs:
 _RESIZE_MODES = ("size", "odd_scale", "to_even_down", "to_even_up", "to_odd_down", "to_odd_up")
 
 
-def _source(y: Var, n_in: int, n_out: int, align_corners: bool) -> tuple[IndexExpr, int]:
+def _source(y: Var, n_in: int, n_out: int, align_corners: bool, single_at_zero: bool = True
+            ) -> tuple[IndexExpr, int]:
     """The source position of output index ``y`` as a reduced fraction ``(num, den)``: ``num / den`` is
     ``y (n_in - 1) / (n_out - 1)`` with aligned corners, else ``(y + 1/2) n_in / n_out - 1/2``; it is ``y``
-    when the extent is kept and 0 when the output has one element (MXNet's ratio 0)."""
+    when the extent is kept and 0 when the output has one element (MXNet's ratio 0; OpenCV, without
+    ``single_at_zero``, keeps the half-pixel centre)."""
     if n_in == n_out:
         return y, 1
-    if n_out == 1:
+    if n_out == 1 and (single_at_zero or align_corners):
         return y * 0, 1
     coeff, const, den = (n_in - 1, 0, n_out - 1) if align_corners else (2 * n_in, n_in - n_out, 2 * n_out)
     g = math.gcd(coeff, const, den)
     return y * (coeff // g) + const // g, den // g
 
 
-def _taps(y: Var, n_in: int, n_out: int, align_corners: bool) -> list[tuple[IndexExpr, ValueExpr | None]]:
+def _taps(y: Var, n_in: int, n_out: int, align_corners: bool, single_at_zero: bool = True
+          ) -> list[tuple[IndexExpr, ValueExpr | None]]:
     """The input indices one output index reads along one axis, with their weights (None: weight 1):
     ``floor(src)`` and ``ceil(src)``, weighted ``1 - f`` and ``f`` for the fraction ``f`` of ``src``, where
     ``src`` is clipped to ``[0, n_in - 1]`` (a read past the tensor then weighs 0)."""
-    num, den = _source(y, n_in, n_out, align_corners)
+    num, den = _source(y, n_in, n_out, align_corners, single_at_zero)
     if den == 1:
         return [(num, None)]
     frac = IndexValue(num % den) / float(den)
@@ -175,3 +178,140 @@ def pad(data: TensorVar, attrs: PadAttrs) -> Callable:
         return where(lt(IndexValue(i), b), read(y, (*chosen, lo)),
                      where(ge(IndexValue(i), b + n), read(y, (*chosen, hi)), read(y, (*chosen, mid))))
     return lambda *y: read(y, ())
+
+
+@dataclass(frozen=True)
+class CropAttrs:
+    num_args: int
+    offset: tuple[int, ...] = (0, 0)
+    h_w: tuple[int, ...] = (0, 0)   # with one input; with two, the second input's spatial shape (MXNet infers it)
+    center_crop: bool = False
+
+
+@tdl_op("Crop", inputs=("*data",), attrs=CropAttrs, cases=[
+    Case(shapes=((2, 4, 7, 8),), attrs={"num_args": 1, "h_w": (4, 6), "offset": (1, 2)}),
+    # centred: the offset is floor((H - h) / 2) = 1 rows, floor((W - w) / 2) = 1 columns
+    Case(shapes=((2, 4, 7, 9),), attrs={"num_args": 1, "h_w": (4, 6), "center_crop": True}),
+    # the second input only gives the output's height and width
+    Case(shapes=((1, 4, 9, 8), (1, 1, 4, 4)), attrs={"num_args": 2, "offset": (3, 2)}),
+    Case(shapes=((2, 4, 8, 9), (1, 2, 4, 4)), attrs={"num_args": 2, "center_crop": True}),
+])
+def crop(data: Sequence[TensorVar], attrs: CropAttrs, *, out_shapes: Sequence[tuple[int, ...]]) -> Callable:
+    """out[n, c, y, x] = data[n, c, y + oy, x + ox] for the output's (h, w) (``h_w``, or the second input's
+    spatial shape, whose values are never read): (oy, ox) = ``offset``, or floor((H - h) / 2),
+    floor((W - w) / 2) with ``center_crop``  (MXNet's legacy Crop, NCHW)."""
+    if not 1 <= len(data) <= 2 or data[0].ndim != 4:
+        raise TDLError(f"Crop: crops NCHW data, optionally like a second input; got {len(data)} inputs of shapes "
+                       f"{tuple(d.shape for d in data)}")
+    x = data[0]
+    (_, _, height, width), (_, _, out_height, out_width) = x.shape, out_shapes[0]
+    if attrs.center_crop:
+        oy, ox = (height - out_height) // 2, (width - out_width) // 2
+    elif len(attrs.offset) == 2:
+        oy, ox = attrs.offset
+    else:
+        raise TDLError(f"Crop: offset {attrs.offset} needs two entries (rows, columns)")
+    return lambda n, c, y, w: x[n, c, y + oy, w + ox]
+
+
+@dataclass(frozen=True)
+class AdaptiveAvgPooling2DAttrs:
+    output_size: tuple[int, ...] = ()   # (OH, OW), one entry for both, none for 1 x 1 (MXNet infers the shape)
+
+
+def _adaptive_window(y: Var, n_in: int, n_out: int) -> tuple[IndexExpr, IndexExpr, int]:
+    """The input window of output index ``y`` along one axis: its start floor(y N / n), its length
+    ceil((y + 1) N / n) - floor(y N / n) as an index expression (the fraction N / n reduced, so that equal
+    rates give equal expressions), and the longest length over all ``y``."""
+    g = math.gcd(n_in, n_out)
+    num, den = n_in // g, n_out // g
+    start, end = (y * num) // den, ((y + 1) * num + den - 1) // den
+    longest = max(-(-(i + 1) * n_in // n_out) - i * n_in // n_out for i in range(n_out))
+    return start, end - start, longest
+
+
+@tdl_op("_contrib_AdaptiveAvgPooling2D", inputs=("data",), attrs=AdaptiveAvgPooling2DAttrs, cases=[
+    # windows of 2 x 2 rows and 3 x 3 columns, disjoint
+    Case(shapes=((2, 4, 8, 12),), attrs={"output_size": (4, 4)}),
+    # uneven: rows 7 -> 3 overlap ([0, 3), [2, 5), [4, 7)), columns 6 -> 4 too ([0, 2), [1, 3), [3, 5), [4, 6))
+    Case(shapes=((1, 4, 7, 6),), attrs={"output_size": (3, 4)}),
+    # one entry for both, upsampling rows 4 -> 5 (windows of one or two rows)
+    Case(shapes=((2, 2, 4, 10),), attrs={"output_size": (5,)}),
+    Case(shapes=((2, 4, 5, 3),), attrs={}),
+])
+def adaptive_avg_pooling_2d(data: TensorVar, attrs: AdaptiveAvgPooling2DAttrs, *,
+                            out_shapes: Sequence[tuple[int, ...]]) -> Callable:
+    """out[n, c, y, x] = sum_{dy < ly(y), dx < lx(x)} data[n, c, sy(y) + dy, sx(x) + dx] / (ly(y) lx(x)):
+    the window of output row y is [sy, sy + ly) = [floor(y H / OH), ceil((y + 1) H / OH)), and likewise for
+    columns. The sum runs over the longest window, the taps past the row's own window selected away."""
+    if data.ndim != 4:
+        raise TDLError(f"_contrib_AdaptiveAvgPooling2D: data of rank {data.ndim}; MXNet pools NCHW")
+    (_, _, height, width), (_, _, out_height, out_width) = data.shape, out_shapes[0]
+
+    def out(n: Var, c: Var, y: Var, x: Var) -> ValueExpr:
+        sy, ly, ky = _adaptive_window(y, height, out_height)
+        sx, lx, kx = _adaptive_window(x, width, out_width)
+        pooled = Sum(lambda dy, dx: lt(IndexValue(dy - ly), 0) * lt(IndexValue(dx - lx), 0)
+                     * data.at((n, c, sy + dy, sx + dx), fill=0.0), extents=(ky, kx))
+        return pooled / (IndexValue(ly) * IndexValue(lx))
+    return out
+
+
+@dataclass(frozen=True)
+class ImageResizeAttrs:
+    interp: int = 1                 # size and keep_ratio only set the output shape (MXNet infers it)
+
+
+@tdl_op("_image_resize", inputs=("data",), attrs=ImageResizeAttrs, cases=[
+    # size is (width, height): HWC up by 2 in both axes, src = (2 y - 1) / 4 clipped at both borders
+    Case(shapes=((4, 6, 4),), attrs={"size": (12, 8), "interp": 1}),
+    # NHWC, rows down by 2 (src = 2 y + 1/2), columns from 5 to 9
+    Case(shapes=((2, 8, 5, 4),), attrs={"size": (9, 4), "interp": 1}),
+    # one output row keeps the half-pixel centre (src = 3/2), unlike _contrib_BilinearResize2D
+    Case(shapes=((1, 4, 6, 2),), attrs={"size": (3, 1)}),
+])
+def image_resize(data: TensorVar, attrs: ImageResizeAttrs, *, out_shapes: Sequence[tuple[int, ...]]) -> Callable:
+    """out[(n,) y, x, c] = sum_{a, b} wy_a(y) wx_b(x) data[(n,) iy_a(y), ix_b(x), c]: OpenCV's bilinear
+    resizing (interp=1) of (N)HWC data at half-pixel centres, src = (y + 1/2) H / OH - 1/2 clipped to
+    [0, H - 1], reading floor(src), ceil(src) with weights 1 - f, f, f = (num % den) / den."""
+    if attrs.interp != 1:
+        raise TDLError(f"_image_resize: interp={attrs.interp} is not described (1, bilinear, is: OpenCV's "
+                       f"nearest, cubic and area rules are not)")
+    if data.ndim not in (3, 4):
+        raise TDLError(f"_image_resize: data of rank {data.ndim}; MXNet resizes HWC or NHWC")
+    (height, width), (out_height, out_width) = data.shape[-3:-1], out_shapes[0][-3:-1]
+
+    def out(*o: Var) -> ValueExpr:
+        *batch, y, x, c = o
+        total = None
+        for iy, wy in _taps(y, height, out_height, False, single_at_zero=False):
+            for ix, wx in _taps(x, width, out_width, False, single_at_zero=False):
+                term = data.at((*batch, iy, ix, c), fill=0.0)
+                for weight in (wy, wx):
+                    term = term if weight is None else weight * term
+                total = term if total is None else total + term
+        return total
+    return out
+
+
+@dataclass(frozen=True)
+class ImageCropAttrs:
+    x: int
+    y: int
+    width: int
+    height: int
+
+
+@tdl_op("_image_crop", inputs=("data",), attrs=ImageCropAttrs, cases=[
+    Case(shapes=((6, 7, 3),), attrs={"x": 1, "y": 2, "width": 4, "height": 2}),   # MXNet: 1 or 3 channels
+    Case(shapes=((2, 5, 6, 1),), attrs={"x": 2, "y": 1, "width": 4, "height": 4}),
+])
+def image_crop(data: TensorVar, attrs: ImageCropAttrs) -> Callable:
+    """out[(n,) i, j, c] = data[(n,) i + y, j + x, c] for i < height, j < width  ((N)HWC)."""
+    if data.ndim not in (3, 4):
+        raise TDLError(f"_image_crop: data of rank {data.ndim}; MXNet crops HWC or NHWC")
+
+    def out(*o: Var) -> ValueExpr:
+        *batch, i, j, c = o
+        return data[(*batch, i + attrs.y, j + attrs.x, c)]
+    return out

@@ -99,6 +99,14 @@ CASES = {  # network, the target op's strategy (split variable)
         h, height=8, width=8, align_corners=False, name="target")), "y"),
     "bilinear-resize-channels": (_conv_then(lambda h: mx.sym.contrib.BilinearResize2D(
         h, height=7, width=10, name="target")), "c"),
+    "crop-channels": (_conv_then(lambda h: mx.sym.Crop(h, num_args=1, h_w=(2, 3), offset=(1, 0),
+                                                       name="target")), "c"),
+    "crop-spatial": (_conv_then(lambda h: mx.sym.Crop(h, num_args=1, h_w=(2, 2), center_crop=True,
+                                                      name="target")), "y"),
+    "adaptive-avgpool-channels": (_conv_then(lambda h: mx.sym.contrib.AdaptiveAvgPooling2D(
+        h, output_size=(3, 2), name="target")), "c"),
+    "adaptive-avgpool-spatial": (_conv_then(lambda h: mx.sym.contrib.AdaptiveAvgPooling2D(
+        h, output_size=(4, 2), name="target"), (2, 4, 8, 4)), "y"),
     "mean-reduction": (_mean, "k0"),
     "flatten-inner": (_flatten, "j"),
     "repeat-axis": (_repeat, "o1"),

@@ -17,7 +17,8 @@ shard's input shapes, trying in order of fewest changes:
 * under a split reduction, a tuple entry equal to its extent takes the worker's share (a pooling window);
 * a tuple attribute equal to the full output shape takes the shard's (``shape`` of ``_zeros``; Reshape's
   target with MXNet's codes 0 and -1 keeps the codes and takes the shard's explicit extents), one equal to
-  an input's trailing extents takes the shard's (a convolution's ``kernel`` under a kernel-tap split), and
+  an input's trailing extents takes the shard's (a convolution's ``kernel`` under a kernel-tap split), so does
+  one equal to an output's trailing extents (Crop's ``h_w``, AdaptiveAvgPooling2D's ``output_size``), and
   one of non-negative amounts may become all zeros (the padding a materialised halo now provides).
 
 Two ways of running go beyond "the kernel's output is the worker's part", both proven like the rest:
@@ -342,8 +343,11 @@ def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Sha
                     # a target shape with MXNet's codes (0 keeps an input extent, -1 infers one, -2..-4
                     # regroup): its explicit extents take the shard's
                     alts.append(tuple(b if v > 0 else v for v, b in zip(value, ws)))
+            n = len(value)
+            for fs, ws in zip(full_shapes, wanted):   # an output's trailing extents (a crop's or a pooling's size)
+                if len(fs) > n and value == tuple(fs[-n:]) and tuple(ws[-n:]) != value and tuple(ws[-n:]) not in alts:
+                    alts.append(tuple(ws[-n:]))
             for fs, ws in inputs:             # an input's trailing extents (a convolution's kernel)
-                n = len(value)
                 if len(fs) >= n and value == tuple(fs[-n:]) and tuple(ws[-n:]) != value and tuple(ws[-n:]) not in alts:
                     alts.append(tuple(ws[-n:]))
             if share is not None:             # a window as long as the split reduction: the worker's share of it
