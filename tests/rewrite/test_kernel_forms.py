@@ -2,6 +2,8 @@
 
 A plan that picks, for one op of a small trained network, a strategy that MXNet's kernel runs only
 
+* with attributes the original leaves unset or sets from another input (Crop's ``h_w`` once the shard drops the
+  input that gave it), or offsets made relative to the piece (an image crop),
 * with its output scaled (a mean split on its reduction: each worker's mean of its share, times share / whole),
 * on more than the worker's part, keeping that part (a reshape of a longer piece, a halo split along
   channels computed on the region with its halo),
@@ -70,6 +72,31 @@ def _max_pool_window():
         {"data": (2, 2, 4, 4)}
 
 
+def _image_resize():
+    """An NHWC batch resized up by 2 before the network: the data has no gradient, so MXNet never runs
+    ``_backward_image_resize`` (in MXNet 1.9.1 it copies the output's gradient into the input's, and fails
+    unless the size is kept)."""
+    data = mx.sym.var("data")
+    h = mx.sym.image.resize(data, size=(8, 8), name="target")
+    h = mx.sym.Convolution(mx.sym.transpose(h, axes=(0, 3, 1, 2)), kernel=(1, 1), num_filter=2, name="conv")
+    return _head(h, 2), {"data": (2, 4, 4, 3)}
+
+
+def _image_crop():
+    """An NHWC crop (MXNet's image operators take 1 or 3 channels) of a convolution's output."""
+    data = mx.sym.var("data")
+    h = mx.sym.transpose(mx.sym.Convolution(data, kernel=(1, 1), num_filter=3, name="conv"), axes=(0, 2, 3, 1))
+    return _head(mx.sym.image.crop(h, x=1, y=2, width=4, height=4, name="target"), 2), {"data": (2, 2, 6, 6)}
+
+
+def _crop_like():
+    """Crop taking its output's height and width from a second input (num_args=2)."""
+    data = mx.sym.var("data")
+    h = mx.sym.Convolution(data, kernel=(1, 1), num_filter=4, name="conv")
+    like = mx.sym.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="max", name="like")
+    return _head(mx.sym.Crop(h, like, num_args=2, offset=(3, 1), name="target"), 2), {"data": (2, 4, 8, 8)}
+
+
 def _conv_then(layer, shape=(2, 4, 4, 4)):
     def build():
         data = mx.sym.var("data")
@@ -107,6 +134,11 @@ CASES = {  # network, the target op's strategy (split variable)
         h, output_size=(3, 2), name="target")), "c"),
     "adaptive-avgpool-spatial": (_conv_then(lambda h: mx.sym.contrib.AdaptiveAvgPooling2D(
         h, output_size=(4, 2), name="target"), (2, 4, 8, 4)), "y"),
+    "image-resize-rows": (_image_resize, "o1"),
+    "image-crop-rows": (_image_crop, "o1"),
+    "image-crop-columns": (_image_crop, "o2"),
+    "crop-like-rows": (_crop_like, "y"),
+    "crop-like-columns": (_crop_like, "w"),
     "mean-reduction": (_mean, "k0"),
     "flatten-inner": (_flatten, "j"),
     "repeat-axis": (_repeat, "o1"),
@@ -156,6 +188,12 @@ def test_kernel_forms_train_like_one_device(name, k):
         assert all(c.expansion for c in calls), "the statistics are exchanged by the op's expansion"
     if name == "lrn-channels-halo":
         assert any(c.keep is not None for c in calls), "computed on the region with its halo, the part kept"
+    if name.startswith("crop-like"):     # the shard drops the second input: h_w gives the piece's extents
+        assert all(len(c.inputs) == 1 and c.attrs["num_args"] == 1 and "h_w" in c.attrs for c in calls)
+    if name.startswith("image-crop"):    # each worker's piece starts where its crop does
+        assert all(c.attrs["x"] == c.attrs["y"] == 0 for c in calls)
+    if name == "image-resize-rows":     # size is (width, height): each worker resizes its rows at the full rate
+        assert all(c.keep is not None and c.attrs["size"][0] == 8 for c in calls)
     if name == "pad-spatial":     # the halo is materialised (filled with constant_value): the kernel pads nothing
         assert all(not any(c.attrs["pad_width"]) for c in calls)
     values = {**initial_values(graph, 3), **synthetic_batch(graph, 4)}

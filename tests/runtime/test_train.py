@@ -172,3 +172,25 @@ def test_gpt_tiny_at_8_sends_the_oracles_bytes_without_common_expression_elimina
     exact = sum(c.nbytes for c in Trainer(partitioned(graph, plan), values).copies())
     assert exact == shared
     assert merged <= shared
+
+
+def test_image_operators_train_partitioned_like_one_device():
+    """A network whose NHWC input is resized (``mx.sym.image.resize``) and whose features are cropped like a
+    pooled copy of themselves (``Crop``, num_args=2), planned by Tofu's search for two CPU devices: ten steps
+    equal one device's. The rewriter finds ``_image_resize`` as ``mx.sym.image.resize``. The data has no
+    gradient, so MXNet never runs ``_backward_image_resize`` (in 1.9.1 it fails when the size changes)."""
+    from tofu.graph import import_symbol
+
+    data = mx.sym.var("data")
+    h = mx.sym.transpose(mx.sym.image.resize(data, size=(8, 8), name="resize"), axes=(0, 3, 1, 2))
+    h = mx.sym.Activation(mx.sym.Convolution(h, kernel=(3, 3), pad=(1, 1), num_filter=4, name="conv"), act_type="tanh")
+    like = mx.sym.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="avg", name="like")
+    h = mx.sym.Crop(h, like, num_args=2, center_crop=True, name="crop")
+    h = mx.sym.FullyConnected(mx.sym.Flatten(h), num_hidden=3, name="head")
+    symbol = mx.sym.SoftmaxOutput(h, mx.sym.var("softmax_label"), name="softmax")
+    graph = import_symbol(symbol, {"data": (8, 4, 4, 3), "softmax_label": (8,)}, "image-tiny")
+    plan = plan_graph(graph, 2, "tofu")
+    assert {"_image_resize", "Crop"} <= {n.op for n in graph.nodes}
+    report = train(graph, plan, partitioned(graph, plan), initial_values(graph), synthetic_batch(graph), 10,
+                   reference_symbol(graph), lr=LR)
+    _assert_equal_to_one_device(report)

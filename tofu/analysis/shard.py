@@ -9,7 +9,8 @@ rewrite of the original attributes makes the kernel produce exactly the shard's 
 shard's input shapes, trying in order of fewest changes:
 
 * an integer attribute equal to the full extent of an output dimension that the shard shrinks takes the
-  shard's extent (``num_hidden``, ``num_filter``, ``output_dim``), or 0 (an offset such as ``begin``);
+  shard's extent (``num_hidden``, ``num_filter``, ``output_dim``), or 0 (an offset such as ``begin`` or an
+  image crop's ``x``: the piece starts where the read does; also when the offset equals the input count);
 * an integer attribute equal to the number of inputs takes the number of inputs the shard reads (``num_args``);
 * an integer attribute that counts groups of an extent the shard shrinks shrinks with it (``num_group`` 2 -> 1
   when a group-aligned channel split halves the channels), and a negative one (a position counted from the
@@ -18,8 +19,13 @@ shard's input shapes, trying in order of fewest changes:
 * a tuple attribute equal to the full output shape takes the shard's (``shape`` of ``_zeros``; Reshape's
   target with MXNet's codes 0 and -1 keeps the codes and takes the shard's explicit extents), one equal to
   an input's trailing extents takes the shard's (a convolution's ``kernel`` under a kernel-tap split), so does
-  one equal to an output's trailing extents (Crop's ``h_w``, AdaptiveAvgPooling2D's ``output_size``), and
-  one of non-negative amounts may become all zeros (the padding a materialised halo now provides).
+  one equal to a run of an output's consecutive extents, in order or reversed (Crop's ``h_w``,
+  AdaptiveAvgPooling2D's ``output_size``; an image resize's ``size``, (width, height) of (N)HWC), and one of
+  non-negative amounts may become all zeros (the padding a materialised halo now provides);
+* an attribute the original leaves at its default may be set: a tuple of extents to the output's trailing
+  extents when the shard drops an input (Crop's ``h_w``, which its second input gave), and one whose default
+  None the kernel resolves from the input's shape to the full input's unit axes, once the piece has unit
+  axes the full input lacks (squeeze's ``axis`` on a worker's batch of one).
 
 Two ways of running go beyond "the kernel's output is the worker's part", both proven like the rest:
 
@@ -42,7 +48,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -97,6 +103,7 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
     if full is None:
         full = describe(op, attrs, strategy.input_shapes, _full_output_shapes(strategy))
     rejected: list[str] = []
+    unset = _unset_attributes(attrs, full)
     regions = strategy.input_regions[worker]
     wanted = tuple(r.shape for r in strategy.output_regions[worker])
     full_out = tuple(_full_output_shapes(strategy))
@@ -118,10 +125,10 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
     for padded, present, crop, target, regions in attempts:
         used = tuple(regions[i] if regions[i] is not None else whole[i] for i in present)
         shapes = tuple(r.padded_shape if padded else r.shape for r in used)
-        pairs = [(strategy.input_shapes[i], s) for i, s in zip(present, shapes)]
+        pieces = _pieces(strategy, present, used, padded)
         share = (strategy.split_extent, strategy.split_extent // strategy.k) if strategy.kind == "reduce" else None
-        tried = (attrs,) if crop else _candidates(attrs, target, full_out, len(regions), len(present), padded, pairs,
-                                                  share)
+        tried = (attrs,) if crop else _candidates(attrs, target, full_out, len(regions), len(present), padded, pieces,
+                                                  share, unset)
         if prefer is not None and not crop:     # another worker's rewrite usually fits this one too
             tried = itertools.chain((prefer,), tried)
         for candidate in tried:
@@ -141,7 +148,8 @@ def shard_call(op: str, attrs: Attrs, strategy: PartitionStrategy, worker: int,
     if strategy.kind == "output":     # only the inputs the worker reads: it reads its regions, nothing more
         for padded in ((True, False) if has_halo else (False,)):
             for present in layouts[:1]:
-                call = _kept_call(op, attrs, full, strategy, worker, present, padded, zeroed, whole, rejected)
+                call = _kept_call(op, attrs, full, strategy, worker, present, padded, zeroed, whole, rejected,
+                                  unset)
                 if call is not None:
                     return call
     why = f": {rejected[0]}" if rejected else ": no attributes give the shard's shapes"
@@ -177,8 +185,8 @@ _MAX_STARTS = 64       # positions tried for the worker's part inside a larger k
 
 
 def _kept_call(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionStrategy, worker: int,
-               present: tuple[int, ...], padded: bool, zeroed: tuple[int, ...], whole, rejected: list[str]
-               ) -> ShardCall | None:
+               present: tuple[int, ...], padded: bool, zeroed: tuple[int, ...], whole, rejected: list[str],
+               unset: Mapping[str, AttrValue]) -> ShardCall | None:
     """The kernel on the worker's input regions (halos included) computing *more* than the worker's part
     along the split dimension; the worker keeps its part (``keep``). The output dimension the strategy splits
     may be longer than the worker's share, every other dimension must be the worker's. Where in the kernel's
@@ -190,7 +198,7 @@ def _kept_call(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionSt
     shapes = tuple(r.padded_shape if padded else r.shape for r in used)
     wanted = tuple(r.shape for r in strategy.output_regions[worker])
     full_out = tuple(_full_output_shapes(strategy))
-    pairs = [(strategy.input_shapes[i], sh) for i, sh in zip(present, shapes)]
+    pieces = _pieces(strategy, present, used, padded)
     dims = [p.dim if isinstance(p, SplitDim) else None for p in strategy.outputs]
     guesses = [wanted]
     for sh in shapes:       # an output as large as the piece (a reshape of it): the split extent follows the size
@@ -202,12 +210,13 @@ def _kept_call(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionSt
                          tuple(size // rest if i == d else n for i, n in enumerate(w)))
         if tuple(guess) not in guesses:
             guesses.append(tuple(guess))
-    for guess in _resampled(wanted, full_out, dims, pairs):
+    for guess in _resampled(wanted, full_out, dims, pieces):
         if guess not in guesses:
             guesses.append(guess)
     seen: set = set()
     tried = itertools.chain(((attrs, wanted),), *(((c, g) for c in _candidates(attrs, g, full_out, len(regions),
-                                                                               len(present), padded, pairs))
+                                                                               len(present), padded, pieces,
+                                                                               unset=unset))
                                                   for g in guesses))
     for candidate, guess in tried:
         if candidate in seen:
@@ -250,13 +259,13 @@ def _kept_call(op: str, attrs: Attrs, full: OpDescription, strategy: PartitionSt
 
 
 def _resampled(wanted: Sequence[Shape], full_out: Sequence[Shape], dims: Sequence[int | None],
-               pairs: Sequence[tuple[Shape, Shape]]):
+               pieces: Sequence[Piece]):
     """Outputs that resample the piece at the full operator's rate (a bilinear resize): along the split
     dimension, a piece of ``n`` of an input dimension's ``N`` elements gives ``n F / N`` outputs (``F`` the full
     output extent), or ``(n - 1)(F - 1) / (N - 1) + 1`` with aligned corners, where integral and longer than
     the worker's part."""
-    for full_in, piece in pairs:
-        for big, n in zip(full_in, piece):
+    for p in pieces:
+        for big, n in zip(p.full, p.shape):
             if n == big:
                 continue
             rates = [lambda f: Fraction(n * f, big)] + ([lambda f: Fraction((n - 1) * (f - 1), big - 1) + 1]
@@ -309,13 +318,49 @@ def _permutes(desc: OpDescription) -> bool:
             and math.prod(desc.inputs[0].shape) == math.prod(desc.outputs[0].shape))
 
 
+@dataclass(frozen=True)
+class Piece:
+    """One input as a shard reads it: the full tensor's shape and the piece's (its halo included if padded)."""
+
+    full: Shape
+    shape: Shape
+
+
+def _pieces(strategy: PartitionStrategy, present: Sequence[int], used: Sequence[Region], padded: bool
+            ) -> list[Piece]:
+    return [Piece(tuple(strategy.input_shapes[i]), r.padded_shape if padded else r.shape)
+            for i, r in zip(present, used)]
+
+
+def _unset_attributes(attrs: Attrs, full: OpDescription) -> dict[str, AttrValue]:
+    """The attributes the description declares that ``attrs`` leaves at their defaults, with those defaults."""
+    if not dataclasses.is_dataclass(full.attrs):
+        return {}
+    return {f.name: getattr(full.attrs, f.name) for f in dataclasses.fields(full.attrs) if f.name not in attrs}
+
+
+def _windows(value: tuple, full: Shape, shard: Shape) -> list[tuple]:
+    """The shard's extents where ``value`` equals a run of consecutive extents of ``full``, in order or reversed
+    (an image's ``size``, (width, height), against (N)HWC extents), the trailing run first."""
+    n = len(value)
+    found = []
+    for i in reversed(range(len(full) - n + 1)):
+        run, piece = tuple(full[i:i + n]), tuple(shard[i:i + n])
+        for alt in ((piece,) if value == run else ()) + ((piece[::-1],) if value == run[::-1] else ()):
+            if alt != value and alt not in found:
+                found.append(alt)
+    return found
+
+
 def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Shape], n_inputs: int,
-                n_present: int, padded: bool, inputs: Sequence[tuple[Shape, Shape]] = (),
-                share: tuple[int, int] | None = None):
-    """Attribute sets to try, fewest changes first. ``inputs``: (full, shard) shape of each input read;
-    ``share``: (extent, worker's share) of a split reduction variable."""
+                n_present: int, padded: bool, inputs: Sequence[Piece] = (),
+                share: tuple[int, int] | None = None, unset: Mapping[str, AttrValue] | None = None):
+    """Attribute sets to try, fewest changes first. ``inputs``: each input read; ``share``: (extent, worker's
+    share) of a split reduction variable; ``unset``: the declared attributes ``attrs`` leaves at their
+    defaults (candidates may set them)."""
     options: list[list[tuple[str, AttrValue]]] = []
-    shrunk = [(a, b) for fs, ws in [*zip(full_shapes, wanted), *inputs] for a, b in zip(fs, ws) if a != b]
+    shrunk = [(a, b) for fs, ws in [*zip(full_shapes, wanted), *((p.full, p.shape) for p in inputs)]
+              for a, b in zip(fs, ws) if a != b]
     for name, value in attrs.items():
         alts: list[AttrValue] = []
         if isinstance(value, int) and not isinstance(value, bool):
@@ -329,11 +374,11 @@ def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Sha
             for a, b in shrunk:             # a count of groups of an extent the shard shrinks (num_group)
                 if 1 < value < a and value * b % a == 0 and 0 < value * b // a < value and value * b // a not in alts:
                     alts.append(value * b // a)
-            if value != n_inputs:
-                if value != 0:
-                    alts.append(0)          # an offset into the sliced input (begin)
-                if value < 0:
-                    alts.append(None)       # a position counted from the end: the piece ends where the slice does
+            if value != 0 and 0 not in alts:
+                alts.append(0)              # an offset into the sliced input (begin, a crop's x or y, also when it
+                                            # equals the input count): the piece starts where the read does
+            if value < 0:
+                alts.append(None)           # a position counted from the end: the piece ends where the slice does
         elif isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
             for fs, ws in zip(full_shapes, wanted):
                 if value == tuple(fs) and tuple(ws) != tuple(fs):
@@ -343,13 +388,13 @@ def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Sha
                     # a target shape with MXNet's codes (0 keeps an input extent, -1 infers one, -2..-4
                     # regroup): its explicit extents take the shard's
                     alts.append(tuple(b if v > 0 else v for v, b in zip(value, ws)))
+            for fs, ws in zip(full_shapes, wanted):   # a run of an output's extents (a crop's or a pooling's size)
+                if len(fs) > len(value):
+                    alts += [w for w in _windows(value, fs, ws) if w not in alts]
             n = len(value)
-            for fs, ws in zip(full_shapes, wanted):   # an output's trailing extents (a crop's or a pooling's size)
-                if len(fs) > n and value == tuple(fs[-n:]) and tuple(ws[-n:]) != value and tuple(ws[-n:]) not in alts:
-                    alts.append(tuple(ws[-n:]))
-            for fs, ws in inputs:             # an input's trailing extents (a convolution's kernel)
-                if len(fs) >= n and value == tuple(fs[-n:]) and tuple(ws[-n:]) != value and tuple(ws[-n:]) not in alts:
-                    alts.append(tuple(ws[-n:]))
+            for p in inputs:                  # an input's trailing extents (a convolution's kernel)
+                if len(p.full) >= n and value == p.full[-n:] and p.shape[-n:] != value and p.shape[-n:] not in alts:
+                    alts.append(p.shape[-n:])
             if share is not None:             # a window as long as the split reduction: the worker's share of it
                 for d, v in enumerate(value):
                     alt = tuple(share[1] if i == d else u for i, u in enumerate(value))
@@ -357,6 +402,20 @@ def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Sha
                         alts.append(alt)
             if any(value) and all(v >= 0 for v in value):
                 alts.append(tuple(0 for _ in value))   # padding the halo now provides, or offsets
+        options.append([(name, a) for a in alts])
+    for name, default in (unset or {}).items():
+        alts = []
+        if n_present < n_inputs and isinstance(default, tuple) and default and \
+                all(isinstance(v, int) and not isinstance(v, bool) for v in default):
+            # a size the dropped input gave (Crop's h_w like its second input): the output's trailing extents
+            alts += [tuple(ws[-len(default):]) for ws in wanted[:1] if len(ws) > len(default)]
+        if default is None:
+            # a default the kernel resolves from the input's shape (squeeze's unit axes): the full input's
+            # value, where the piece has unit axes the full input does not
+            for p in inputs[:1]:
+                units = tuple(d for d, a in enumerate(p.full) if a == 1)
+                if units and any(b == 1 != a for a, b in zip(p.full, p.shape)):
+                    alts.append(units)
         options.append([(name, a) for a in alts])
     changeable = [o for o in options if o]
     yielded = 0

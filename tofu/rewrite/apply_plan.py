@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import types
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -287,8 +288,10 @@ def _one_replica(node: Node, produced: list[Held]) -> list[Held]:
 
 def _op_function(op: str):
     fn = getattr(mx.sym, op, None) or getattr(mx.sym._internal, op, None)
-    if fn is None and op.startswith("_contrib_"):        # MXNet keeps these as mx.sym.contrib.NAME
-        fn = getattr(mx.sym.contrib, op[len("_contrib_"):], None)
+    if fn is None and op.startswith("_"):      # MXNet keeps _contrib_X, _image_X as mx.sym.contrib.X, mx.sym.image.X
+        namespace, _, name = op[1:].partition("_")
+        module = getattr(mx.sym, namespace, None)
+        fn = getattr(module, name, None) if isinstance(module, types.ModuleType) else None
     if fn is None:
         raise RewriteError(f"MXNet has no symbol function for operator '{op}'")
     return fn
