@@ -37,6 +37,15 @@ def load_graph(model: str, options: ModelOptions = ModelOptions(),
     return import_symbol(built.symbol, built.shapes(), name=built.name)
 
 
+def model_batch(model: str, options: ModelOptions = ModelOptions()) -> int:
+    """The batch a zoo model is built with: ``options.batch``, or its family's default.
+
+    Raises:
+        UnknownModelError: ``model`` is not a zoo name.
+    """
+    return build_model(model, options).batch
+
+
 def _with_loss(symbol, shapes: Mapping[str, Shape]):
     import json
 

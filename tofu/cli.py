@@ -1,6 +1,9 @@
 """The ``tofu`` command line (DESIGN.md, section 3).
 
-``tofu inspect MODEL`` summarises a model; ``tofu plan MODEL --workers K`` partitions it; ``tofu ops`` lists the TDL-described operators (``--json``: with
+``tofu inspect MODEL`` summarises a model; ``tofu plan MODEL --workers K [--machines M]`` partitions it (one of M
+machines, with the kvstore's inter-machine bytes); ``tofu run`` trains it partitioned (under ``tofu launch``, as one
+machine of a hybrid run); ``tofu launch --machines M --workers K -- tofu run ...`` starts MXNet's dist kvstore
+processes (loopback or ``--hostfile`` over ssh) and summarises the machines' results; ``tofu ops`` lists the TDL-described operators (``--json``: with
 the partition strategies of each op's first Case, ``--op NAME``: one op's strategies and their symbolic
 regions, on its Case ``--case N`` and for ``--workers K``, ``--model MODEL``: the ops of a model's graph).
 
@@ -15,6 +18,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -343,6 +347,9 @@ def cmd_plan(args) -> int:
     from tofu.search.algorithms import plan_graph, replay
     from tofu.search.plan import Plan
 
+    global_batch = None
+    if args.machines is not None:
+        global_batch = _split_batch(args, args.machines)
     graph = _graph(args)
     if args.load:
         if args.algo != "tofu" or args.out:
@@ -360,16 +367,53 @@ def cmd_plan(args) -> int:
 
         draw([plan_columns(plan.to_json())], args.figure_tensors, args.figure,
              f"{plan.model}, {plan.workers} workers")
+    inter = None
+    if global_batch is not None:
+        from tofu.runtime.distributed import predicted_kvstore_bytes
+
+        inter = predicted_kvstore_bytes(graph)
     if args.json:
         doc = plan.to_json()
         if not args.steps:
             for step in doc["steps"]:          # the per-tensor tables are in --out files; keep stdout short
                 step.pop("tensor_dims")
                 step.pop("ops")
+        if inter is not None:
+            doc.update({"machines": args.machines, "global_batch": global_batch, "machine_batch": args.batch,
+                        "intra_machine_bytes": plan.comm_bytes, "inter_machine_pushed_bytes": inter,
+                        "inter_machine_pulled_bytes": inter, "inter_machine_bytes": 2 * inter})
         print(json.dumps(doc))
         return 0
     print(_plan_text(graph, plan))
+    if inter is not None:
+        print(f"{args.machines} machines, global batch {global_batch} ({args.batch} per machine): per iteration, "
+              f"intra-machine {_gb(plan.comm_bytes)} on each machine (the plan's), inter-machine {_gb(2 * inter)} "
+              f"per machine through the kvstore ({_gb(inter)} of gradient shards pushed, {_gb(inter)} pulled)")
     return 0
+
+
+def _split_batch(args, machines: int) -> int:
+    """Sets ``args.batch`` to one machine's share of the global batch (``args.batch``, or the model's default)
+    and returns the global batch.
+
+    Raises:
+        TofuError: not a zoo model, fewer than one machine, or a batch that does not divide by ``machines``.
+    """
+    from pathlib import Path
+
+    from tofu.api import model_batch
+    from tofu.models import ModelOptions
+
+    if machines < 1:
+        raise TofuError(f"--machines must be at least 1, got {machines}")
+    if args.model.endswith(".json") or Path(args.model).is_file():
+        raise TofuError(f"'{args.model}' is a symbol file: several machines train zoo models only (their batch "
+                        f"is split by rows)")
+    global_batch = model_batch(args.model, ModelOptions(batch=args.batch, seq_len=args.seq_len, vocab=args.vocab))
+    if global_batch % machines:
+        raise TofuError(f"the global batch {global_batch} is not divisible by {machines} machines")
+    args.batch = global_batch // machines
+    return global_batch
 
 
 def cmd_run(args) -> int:
@@ -378,12 +422,15 @@ def cmd_run(args) -> int:
     from tofu.runtime.data import initial_values, load_checkpoint, save_checkpoint, synthetic_batch
     from tofu.runtime.run import train
 
-    if args.steps < 0:
-        raise TofuError(f"--steps must be >= 0, got {args.steps}")
-    if args.plan and args.algo:
-        raise TofuError("give --algo or --plan, not both")
+    if os.environ.get("DMLC_ROLE") == "worker":      # started by `tofu launch`: one machine of a hybrid run
+        return _run_machine(args)
+    _check_run_args(args)
+    if args.workers is None:
+        args.workers = 4
     graph = _graph(args, with_loss=True)
     _check_contexts(args.workers, args.ctx)
+    policy = _checkpoint_policy(args)
+    start = _resumed(args, graph)
     plan = load_plan(graph, args.workers, args.algo or "tofu", args.plan)
     pg = partitioned(graph, plan)
     values = load_checkpoint(args.load, graph) if args.load else initial_values(graph, args.seed)
@@ -394,6 +441,8 @@ def cmd_run(args) -> int:
         if terminal:
             extra = f"  one device {ref:.6f}" if ref is not None else ""
             print(f"step {step}/{args.steps}  loss {loss:.6f}  {seconds * 1e3:8.1f} ms{extra}", flush=True)
+        if step == args.fail_at_step:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     if terminal:
         factors = "x".join(str(s.factor) for s in plan.steps) or "1"
@@ -406,7 +455,7 @@ def cmd_run(args) -> int:
     try:
         report = train(graph, plan, pg, values, batch, args.steps,
                        reference_symbol(graph) if args.check else None, args.ctx, args.lr, args.momentum,
-                       progress)
+                       progress, start=start, checkpoint=policy)
     except mx.base.MXNetError as e:      # a kernel or bind MXNet refuses at run time: one line, not its trace
         raise TofuError(f"MXNet cannot run the partitioned graph: {first_line(e)}") from None
     if args.memory and args.ctx == "cpu":
@@ -436,6 +485,258 @@ def cmd_run(args) -> int:
               f"diff {c.parameters:.3g}")
     if args.save:
         print(f"saved {args.save} (whole tensors, MXNet .params) and its plan beside it")
+    if policy is not None:
+        print(f"checkpoint {policy.path} every {policy.every} steps (parameters, momentum and step)")
+    return 0
+
+
+def _check_run_args(args) -> None:
+    """The checks of ``tofu run``'s options that need no model."""
+    if args.steps < 0:
+        raise TofuError(f"--steps must be >= 0, got {args.steps}")
+    if args.plan and args.algo:
+        raise TofuError("give --algo or --plan, not both")
+    if args.resume and args.load:
+        raise TofuError("give --load (parameters) or --resume (a checkpoint: parameters, momentum, step), not both")
+    if (args.checkpoint is None) != (args.checkpoint_every is None):
+        raise TofuError("--checkpoint PATH and --checkpoint-every N go together")
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise TofuError(f"--checkpoint-every must be at least 1, got {args.checkpoint_every}")
+    if args.fail_at_step is not None and not 1 <= args.fail_at_step <= args.steps:
+        raise TofuError(f"--fail-at-step must be a step of this run (1 to {args.steps}), got {args.fail_at_step}")
+
+
+def _checkpoint_policy(args):
+    """``--checkpoint`` and ``--checkpoint-every`` as a policy (None without them), the path made absolute."""
+    from pathlib import Path
+
+    from tofu.runtime.checkpoint import CheckpointPolicy
+
+    if args.checkpoint is None:
+        return None
+    path = Path(args.checkpoint).absolute()
+    if not path.parent.is_dir():
+        raise TofuError(f"cannot write checkpoint '{args.checkpoint}': no directory '{path.parent}'")
+    return CheckpointPolicy(path, args.checkpoint_every)
+
+
+def _resumed(args, graph):
+    """The training state of ``--resume`` (None without it), checked against the model and ``--steps``."""
+    if not args.resume:
+        return None
+    from tofu.runtime.checkpoint import load_training_state
+
+    state = load_training_state(args.resume, graph)
+    if state.step >= args.steps:
+        raise TofuError(f"checkpoint '{args.resume}' is at step {state.step}: --steps {args.steps} leaves nothing "
+                        f"to run (--steps is the number of the last step)")
+    return state
+
+
+def _run_machine(args) -> int:
+    """``tofu run`` as one machine of ``tofu launch`` (its environment names the kvstore and ``TOFU_LAUNCH_DIR``,
+    where it writes ``machine{m}.json`` and ``machine{m}.params``). A failure exits at once (``os._exit``): MXNet's
+    shutdown would wait at ps-lite's final barrier for machines that wait for this one's gradients."""
+    import traceback
+
+    from tofu.models import ModelOptions
+    from tofu.runtime.dist_worker import MachineOptions, run_machine
+
+    try:
+        out_dir = os.environ.get("TOFU_LAUNCH_DIR")
+        if not out_dir:
+            raise TofuError("started as a kvstore worker (DMLC_ROLE=worker) without TOFU_LAUNCH_DIR: start it "
+                            "with `tofu launch`")
+        _check_run_args(args)
+        options = MachineOptions(args.steps, args.lr, args.momentum, args.seed, args.ctx, _checkpoint_policy(args),
+                                 args.resume, args.load, args.save, args.fail_at_step)
+        report = run_machine(args.model, ModelOptions(batch=args.batch, seq_len=args.seq_len, vocab=args.vocab),
+                             args.workers or 4, out_dir, algo=args.algo or "tofu", plan_path=args.plan,
+                             progress=_machine_progress, options=options)
+    except TofuError as e:
+        print(f"tofu: error: {e}", file=sys.stderr)
+        _abandon(2)
+    except BaseException:           # the traceback goes to this machine's log
+        traceback.print_exc()
+        _abandon(1)
+    print(json.dumps(report.to_json()), flush=True)
+    return 0
+
+
+def _machine_progress(machine: int, step: int, loss: float) -> None:
+    print(f"machine {machine} step {step} loss {loss:.6f}", flush=True)
+
+
+def _abandon(status: int) -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+_TOFU_RUN = ("tofu", "run")
+
+
+def _remote_run_args(command: Sequence[str] | None):
+    """The ``tofu run ...`` after ``--``, parsed by ``tofu run``'s own parser."""
+    if command is None:
+        raise TofuError("missing `--`: give the training command after it, e.g. `tofu launch --machines 2 "
+                        "--workers 2 -- tofu run mlp --steps 10`")
+    words = list(command)
+    if words[:2] == list(_TOFU_RUN):
+        words = words[2:]
+    elif len(words) >= 4 and os.path.basename(words[0]).startswith("python") and words[1:4] == ["-m", *_TOFU_RUN]:
+        words = words[4:]
+    else:
+        raise TofuError(f"after `--` comes `tofu run MODEL ...`, not `{' '.join(command) or '(nothing)'}`")
+    try:
+        return build_parser().parse_args(["run", *words])
+    except TofuError as e:
+        raise TofuError(f"in `tofu run` after `--`: {e}") from None
+
+
+def _worker_command(run, workers: int, batch: int, plan: str) -> list[str]:
+    """The argv every machine runs: ``python -m tofu run`` with the launch's K, global batch and plan, and every
+    path absolute."""
+    def path(p):
+        return os.path.abspath(p)
+
+    argv = [sys.executable, "-m", "tofu", "run", run.model, "--workers", str(workers), "--batch", str(batch),
+            "--plan", path(plan), "--ctx", run.ctx, "--steps", str(run.steps), "--lr", repr(run.lr),
+            "--momentum", repr(run.momentum), "--seed", str(run.seed)]
+    for flag, value in (("--seq-len", run.seq_len), ("--vocab", run.vocab),
+                        ("--checkpoint-every", run.checkpoint_every), ("--fail-at-step", run.fail_at_step)):
+        if value is not None:
+            argv += [flag, str(value)]
+    for flag, value in (("--checkpoint", run.checkpoint), ("--resume", run.resume), ("--load", run.load),
+                        ("--save", run.save)):
+        if value is not None:
+            argv += [flag, path(value)]
+    return argv
+
+
+def cmd_launch(args) -> int:
+    """``tofu launch``: plans one machine, starts the kvstore's scheduler, servers and M machines (loopback or
+    ``--hostfile``), and summarises their results (``--check``: beside one device on the global batch)."""
+    import tempfile
+    from pathlib import Path
+
+    from tofu.api import load_graph, load_plan
+    from tofu.models import ModelOptions
+    from tofu.runtime import launch
+
+    for flag, value in (("--machines", args.machines), ("--workers", args.workers), ("--servers", args.servers)):
+        if value < 1:
+            raise TofuError(f"{flag} must be at least 1, got {value}")
+    if args.timeout <= 0:
+        raise TofuError(f"--timeout must be positive, got {args.timeout:g}")
+    run = _remote_run_args(args.remote)
+    _check_run_args(run)
+    if run.workers is not None and run.workers != args.workers:
+        raise TofuError(f"`tofu run --workers {run.workers}` disagrees with `tofu launch --workers {args.workers}`")
+    if run.memory:
+        raise TofuError("--memory measures one process's devices; it does not apply under `tofu launch`")
+    if run.shape:
+        raise TofuError("--shape: several machines train zoo models only (their batch is split by rows)")
+    hosts = launch.read_hostfile(args.hostfile) if args.hostfile else None
+    if hosts is not None and len(hosts) < args.machines:
+        raise TofuError(f"hostfile '{args.hostfile}' lists {len(hosts)} hosts; {args.machines} machines need "
+                        f"{args.machines} (one machine per host)")
+    global_batch = _split_batch(run, args.machines)
+    options = ModelOptions(batch=global_batch, seq_len=run.seq_len, vocab=run.vocab)
+    whole = load_graph(run.model, options)
+    if hosts is None:                                    # a remote host's GPUs cannot be counted from here
+        _check_contexts(args.workers, run.ctx)
+    _checkpoint_policy(run)
+    start = _resumed(run, whole)
+    if run.load:
+        from tofu.runtime.data import load_checkpoint
+
+        load_checkpoint(run.load, whole)
+    graph = _graph(run, with_loss=True)                  # one machine's share of the batch
+    plan = load_plan(graph, args.workers, run.algo or "tofu", run.plan)
+    log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="tofu-launch-"))
+    try:
+        log_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise TofuError(f"cannot create the log directory '{log_dir}': {e.strerror}") from None
+    log_dir = log_dir.absolute()
+    for stale in log_dir.glob("machine*.*"):            # a result is never mistaken for this run's
+        stale.unlink()
+    plan_file = log_dir / "plan.json"
+    plan.save(plan_file)
+    command = _worker_command(run, args.workers, global_batch, str(plan_file))
+    env = {"TOFU_LAUNCH_DIR": str(log_dir)}
+    terminal = not run.json
+    if terminal:
+        where = f"hosts of {args.hostfile}" if hosts else "loopback"
+        print(f"tofu launch: {graph.name}, {args.machines} machines x {args.workers} {run.ctx} contexts, "
+              f"{args.servers} server{'s' * (args.servers > 1)} ({where}); global batch {global_batch} "
+              f"({run.batch} per machine); plan {plan.algo} ({'x'.join(str(t.factor) for t in plan.steps) or '1'}); "
+              f"logs in {log_dir}", flush=True)
+
+    def stop(signum, frame):        # the launcher killed: every process goes with it (supervise's cleanup)
+        raise launch.LaunchError(f"tofu launch was stopped by {signal.Signals(signum).name}; every process it "
+                                 f"started has been stopped (logs: {log_dir})")
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        if hosts:
+            launched = launch.launch_hosts(command, args.machines, args.servers, hosts, log_dir=log_dir,
+                                           port=args.port, timeout_s=args.timeout, env=env)
+        else:
+            launched = launch.launch_local(command, args.machines, args.servers, log_dir=log_dir,
+                                           timeout_s=args.timeout, env=env)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return _launch_summary(run, args, whole, start, log_dir, launched.seconds, terminal)
+
+
+def _launch_summary(run, args, whole, start, log_dir, seconds: float, terminal: bool) -> int:
+    """Each machine's steps, kvstore bytes and time, and with ``--check`` the comparison with one device."""
+    import statistics
+
+    from tofu.runtime.data import initial_values, load_checkpoint, synthetic_batch
+    from tofu.runtime.distributed import check_against_one_device, collect_results
+
+    report = collect_results(log_dir, whole, args.machines, seconds)
+    check = None
+    if run.check:
+        values = start.values if start else (load_checkpoint(run.load, whole) if run.load
+                                             else initial_values(whole, run.seed))
+        check = check_against_one_device(whole, report, values, start.momentum if start else None,
+                                         synthetic_batch(whole, run.seed + 1), run.lr, run.momentum)
+    if not terminal:
+        doc = {"model": whole.name, "machines": args.machines, "workers": args.workers, "servers": args.servers,
+               "global_batch": report.machines[0].global_batch, "algo": report.machines[0].algo,
+               "log_dir": str(log_dir), "seconds": seconds, "losses": list(report.losses),
+               "first_step": report.machines[0].resumed_step + 1,
+               "measured_kvstore_bytes": report.measured_bytes, "predicted_kvstore_bytes": report.predicted_bytes,
+               "replica_max_abs_diff": report.replica_max_abs_diff,
+               "machine_reports": [m.to_json() for m in report.machines]}
+        if check is not None:
+            doc.update({"max_abs_diff": check.loss, "loss_max_abs_diff": check.loss,
+                        "parameter_max_rel_diff": check.parameters, "reference_losses": list(check.reference_losses)})
+        print(json.dumps(doc))
+        return 0
+    for m in report.machines:
+        first = m.resumed_step + 1
+        span = f"steps {first}-{first + len(m.losses) - 1}" if m.losses else "no steps"
+        losses = f", loss on its rows {m.losses[0]:.6f} -> {m.losses[-1]:.6f}" if m.losses else ""
+        pushed = statistics.median(m.pushed_bytes) if m.pushed_bytes else 0
+        pulled = statistics.median(m.pulled_bytes) if m.pulled_bytes else 0
+        step = statistics.median(m.step_seconds) * 1e3 if m.step_seconds else float("nan")
+        print(f"machine {m.machine}: {span}{losses}; kvstore {_gb(pushed)} pushed + {_gb(pulled)} pulled per "
+              f"step (predicted {_gb(2 * m.predicted_bytes)}); median step {step:.1f} ms, "
+              f"{sum(m.step_seconds):.2f} s in steps")
+    print(f"replicas after training: max |diff| {report.replica_max_abs_diff:.3g} between machines; "
+          f"the run took {seconds:.1f} s")
+    if check is not None:
+        print(f"check against one device on the global batch: losses max |diff| {check.loss:.3g}, parameters "
+              f"after the last step max rel diff {check.parameters:.3g}")
+    if run.checkpoint:
+        print(f"checkpoint {os.path.abspath(run.checkpoint)} every {run.checkpoint_every} steps (by machine 0)")
+    if run.save:
+        print(f"saved {os.path.abspath(run.save)} (whole tensors, MXNet .params) by machine 0")
     return 0
 
 
@@ -512,6 +813,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("plan", help="partition a model over K workers (the plan: per step, per tensor and op)")
     _model_args(p)
     p.add_argument("--workers", type=int, help="number of devices K (default 8; with --load, checked)")
+    p.add_argument("--machines", type=int, metavar="M",
+                   help="plan one of M machines: its K devices on --batch / M rows; reports the kvstore's "
+                        "inter-machine bytes beside the plan's intra-machine bytes")
     p.add_argument("--algo", choices=sorted(ALGORITHMS), default="tofu", help="plan finder (default tofu)")
     p.add_argument("--out", metavar="PLAN.json", help="save the plan")
     p.add_argument("--load", metavar="PLAN.json", help="show a saved plan (checked against the model)")
@@ -524,7 +828,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="train a model partitioned over K devices, measured (--check: against one)")
     _model_args(p)
-    p.add_argument("--workers", type=int, default=4, help="number of devices K (default 4)")
+    p.add_argument("--workers", type=int, help="number of devices K (default 4; under `tofu launch`, its K)")
     p.add_argument("--algo", choices=sorted(ALGORITHMS), help="plan finder (default tofu)")
     p.add_argument("--plan", metavar="PLAN.json", help="run a saved plan (checked against the model)")
     p.add_argument("--ctx", choices=("cpu", "gpu"), default="cpu", help="device kind (default cpu)")
@@ -537,14 +841,35 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure each device's peak memory over one step with MXNet's profiler (up to 4 CPU contexts)")
     p.add_argument("--save", metavar="CKPT.params", help="save the trained parameters (whole tensors)")
     p.add_argument("--load", metavar="CKPT.params", help="start from saved parameters")
+    p.add_argument("--checkpoint", metavar="CKPT.params",
+                   help="write parameters, momentum and step here (atomically) every --checkpoint-every steps")
+    p.add_argument("--checkpoint-every", type=int, metavar="N", help="with --checkpoint: every N steps")
+    p.add_argument("--resume", metavar="CKPT.params",
+                   help="continue from a --checkpoint file (its parameters, momentum and step) up to --steps")
+    p.add_argument("--fail-at-step", type=int, metavar="N",
+                   help="for testing only: after step N the process (under launch: the last machine) kills itself")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.set_defaults(run=cmd_run)
+
+    p = sub.add_parser("launch", help="hybrid training on M machines: `tofu launch --machines M --workers K -- "
+                                      "tofu run MODEL ...`")
+    p.add_argument("--machines", type=int, required=True, help="machines M (kvstore workers), each on its share")
+    p.add_argument("--workers", type=int, required=True, help="devices K per machine")
+    p.add_argument("--servers", type=int, default=1, help="kvstore servers S (default 1)")
+    p.add_argument("--hostfile", metavar="FILE",
+                   help="start the processes over ssh on these hosts (docs/distributed.md); default: loopback")
+    p.add_argument("--port", type=int, default=9091, help="with --hostfile: the scheduler's port (default 9091)")
+    p.add_argument("--log-dir", metavar="DIR",
+                   help="per-process logs, the plan and each machine's results (default: a new temporary directory)")
+    p.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                   help="the whole run's limit, start-up included (default 600)")
+    p.set_defaults(run=cmd_launch)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        args = build_parser().parse_args(argv)
+        args = _parse(list(sys.argv[1:] if argv is None else argv))
         logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                             format="%(asctime)s %(name)s: %(message)s", stream=sys.stderr)
         return args.run(args)
@@ -556,6 +881,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:             # `tofu ops | head`: the reader has gone, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    """The command line; for ``tofu launch``, what follows the first ``--`` is its training command
+    (``args.remote``, None without ``--``)."""
+    if "--" in argv:
+        cut = argv.index("--")
+        args = build_parser().parse_args(argv[:cut])
+        if args.command == "launch":
+            args.remote = argv[cut + 1:]
+            return args
+    if "launch" in argv and "run" in argv[argv.index("launch"):]:
+        _remote_run_args(None)          # `tofu launch ... tofu run ...` without the `--`
+    args = build_parser().parse_args(argv)
+    args.remote = None
+    return args
 
 
 if __name__ == "__main__":

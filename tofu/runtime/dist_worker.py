@@ -10,61 +10,107 @@ error on bad input.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from tofu.errors import TofuError
+from tofu.models import ModelOptions
+from tofu.runtime.checkpoint import CheckpointPolicy
 
 
-def run_machine(model: str, global_batch: int, workers: int, out_dir: str | Path, steps: int = 10,
+@dataclass(frozen=True)
+class MachineOptions:
+    """How a machine trains besides the model: steps (the number of the last step), optimizer, seed, where
+    checkpoints go, what to resume, and the testing-only failure injection."""
+
+    steps: int = 10
+    lr: float = 0.05
+    momentum: float = 0.9
+    seed: int = 0
+    ctx: str = "cpu"
+    checkpoint: CheckpointPolicy | None = None    # written by machine 0 only
+    resume: str | None = None                     # a checkpoint to continue from (its step, parameters, momentum)
+    load: str | None = None                       # parameters to start from (step 0, momentum 0)
+    save: str | None = None                       # the final parameters, written by machine 0
+    fail_at_step: int | None = None               # testing only: the last machine SIGKILLs itself after this step
+
+
+def run_machine(model: str, global_batch: int | ModelOptions, workers: int, out_dir: str | Path, steps: int = 10,
                 algo: str = "tofu", plan_path: str | None = None, lr: float = 0.05, momentum: float = 0.9,
                 seed: int = 0, kvstore: str = "dist_sync",
-                progress: Callable[[int, int, float], None] | None = None):
-    """Joins the kvstore, trains ``steps`` SGD-momentum steps of this machine's share and writes its results.
+                progress: Callable[[int, int, float], None] | None = None,
+                options: MachineOptions | None = None):
+    """Joins the kvstore, trains this machine's share of the global batch up to step ``steps`` (SGD-momentum)
+    and writes its results.
 
-    ``progress(machine, step, loss)`` is called after every step.
+    ``global_batch`` is the global batch, or the model's options with the global batch in them (None: the
+    family's default). ``options`` replaces ``steps``, ``lr``, ``momentum`` and ``seed`` and adds checkpoints,
+    resuming and failure injection. ``progress(machine, step, loss)`` is called after every step.
 
     Returns:
         The :class:`~tofu.runtime.distributed.MachineReport` written to ``out_dir``.
 
     Raises:
         DistributedError: the global batch does not split over the machines.
-        TofuError: unknown model, unusable plan.
+        TofuError: unknown model, unusable plan or checkpoint.
     """
     import mxnet as mx
 
-    from tofu.api import load_graph, load_plan, partitioned
-    from tofu.models import ModelOptions
-    from tofu.runtime.data import initial_values, loss, save_checkpoint, synthetic_batch
+    from tofu.api import load_graph, load_plan, model_batch, partitioned
+    from tofu.runtime.checkpoint import load_training_state, save_training_state, trainer_state
+    from tofu.runtime.data import initial_values, load_checkpoint, loss, save_checkpoint, synthetic_batch
     from tofu.runtime.distributed import (KVStoreTrainer, MachineReport, final_values, gradient_scale,
                                           machine_batch, machine_rows, predicted_kvstore_bytes)
 
+    opts = options or MachineOptions(steps, lr, momentum, seed)
+    model_options = global_batch if isinstance(global_batch, ModelOptions) else ModelOptions(batch=global_batch)
     kv = mx.kv.create(kvstore)
     machine, machines = kv.rank, kv.num_workers
+    global_batch = model_batch(model, model_options)
+    whole = load_graph(model, dataclasses.replace(model_options, batch=global_batch))   # one device's: values, batch
     share = machine_rows(global_batch, machines, machine)
-    whole = load_graph(model, ModelOptions(batch=global_batch))      # what one device trains: values and batch
-    graph = load_graph(model, ModelOptions(batch=share.stop - share.start))
+    graph = load_graph(model, dataclasses.replace(model_options, batch=share.stop - share.start))
     plan = load_plan(graph, workers, algo, plan_path)
-    values = initial_values(whole, seed)
-    batch = machine_batch(synthetic_batch(whole), machines, machine)
+    done, momenta = 0, None
+    if opts.resume:
+        state = load_training_state(opts.resume, whole)
+        values, done, momenta = dict(state.values), state.step, state.momentum
+    elif opts.load:
+        values = load_checkpoint(opts.load, whole)
+    else:
+        values = initial_values(whole, opts.seed)
+    batch = machine_batch(synthetic_batch(whole, opts.seed + 1), machines, machine)
     trainer = KVStoreTrainer(partitioned(graph, plan), {**values, **batch}, kv, gradient_scale(graph, machines),
-                             lr=lr, momentum=momentum)
+                             ctx=opts.ctx, lr=opts.lr, momentum=opts.momentum)
+    if momenta is not None:
+        trainer.load_momentum(momenta)
     losses = []
-    for i in range(steps):
+    for i in range(done + 1, opts.steps + 1):
         losses.append(loss(graph, trainer.step(), batch))
+        if machine == 0 and opts.checkpoint is not None and opts.checkpoint.due(i):
+            save_training_state(opts.checkpoint.path, whole, trainer_state(whole, values, trainer, i), plan)
         if progress:
-            progress(machine, i + 1, losses[-1])
+            progress(machine, i, losses[-1])
+        if opts.fail_at_step == i and machine == machines - 1:
+            print(f"machine {machine}: --fail-at-step {i}: killing itself (SIGKILL), as asked", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
     report = MachineReport(graph.name, machine, machines, workers, plan.algo, global_batch, tuple(losses),
                            tuple(trainer.step_seconds), tuple(trainer.pushed_bytes), tuple(trainer.pulled_bytes),
-                           predicted_kvstore_bytes(graph))
+                           predicted_kvstore_bytes(graph), done)
     out = Path(out_dir)
+    final = final_values(whole, values, trainer)
     params = out / f"machine{machine}.params"
-    save_checkpoint(out / f"machine{machine}.tmp.params", graph, final_values(graph, values, trainer))
+    save_checkpoint(out / f"machine{machine}.tmp.params", whole, final)
     os.replace(out / f"machine{machine}.tmp.params", params)
+    if machine == 0 and opts.save:
+        save_checkpoint(opts.save, whole, final, plan)
     tmp = out / f"machine{machine}.tmp.json"
     tmp.write_text(json.dumps(report.to_json(), indent=1))
     os.replace(tmp, out / f"machine{machine}.json")

@@ -161,19 +161,21 @@ class MachineReport:
     pushed_bytes: tuple[int, ...]
     pulled_bytes: tuple[int, ...]
     predicted_bytes: int            # per direction, per iteration
+    resumed_step: int = 0           # steps done before this run (a resumed checkpoint's); losses are of the rest
 
     def to_json(self) -> dict:
         return {"model": self.model, "machine": self.machine, "machines": self.machines, "workers": self.workers,
                 "algo": self.algo, "global_batch": self.global_batch, "losses": list(self.losses),
                 "step_seconds": list(self.step_seconds), "pushed_bytes": list(self.pushed_bytes),
-                "pulled_bytes": list(self.pulled_bytes), "predicted_bytes": self.predicted_bytes}
+                "pulled_bytes": list(self.pulled_bytes), "predicted_bytes": self.predicted_bytes,
+                "resumed_step": self.resumed_step}
 
     @staticmethod
     def from_json(doc: Mapping) -> "MachineReport":
         return MachineReport(doc["model"], int(doc["machine"]), int(doc["machines"]), int(doc["workers"]),
                              doc["algo"], int(doc["global_batch"]), tuple(doc["losses"]),
                              tuple(doc["step_seconds"]), tuple(doc["pushed_bytes"]), tuple(doc["pulled_bytes"]),
-                             int(doc["predicted_bytes"]))
+                             int(doc["predicted_bytes"]), int(doc.get("resumed_step", 0)))
 
 
 def final_values(graph: Graph, values: Mapping[str, np.ndarray], trainer: Trainer) -> dict[str, np.ndarray]:
@@ -227,7 +229,6 @@ def train_hybrid(model: str, global_batch: int, machines: int, workers: int, out
     """
     from tofu.api import load_graph, load_plan
     from tofu.models import ModelOptions
-    from tofu.runtime.data import load_checkpoint
     from tofu.runtime.launch import launch_local
 
     rows = machine_rows(global_batch, machines, 0)
@@ -241,12 +242,63 @@ def train_hybrid(model: str, global_batch: int, machines: int, workers: int, out
                 "--steps", str(steps), "--algo", algo, "--plan", str(plan_path), "--lr", repr(lr),
                 "--momentum", repr(momentum), "--seed", str(seed)]
     launched = launch_local(command, machines, servers, log_dir=out / "logs", timeout_s=timeout_s)
+    return collect_results(out, graph, machines, launched.seconds)
+
+
+def collect_results(out_dir: str | Path, graph: Graph, machines: int, seconds: float) -> HybridReport:
+    """The :class:`HybridReport` of a finished run from what its machines wrote to ``out_dir``
+    (``machine{m}.json`` and ``machine{m}.params``).
+
+    Raises:
+        DistributedError: a machine wrote no result.
+        CheckpointError: a machine's parameters do not fit ``graph``.
+    """
+    from tofu.runtime.data import load_checkpoint
+
+    out = Path(out_dir)
     reports, values = [], []
     for m in range(machines):
         doc = out / f"machine{m}.json"
         if not doc.is_file():
-            raise DistributedError(f"machine {m} wrote no result '{doc}' (log directory: {out / 'logs'})")
+            raise DistributedError(f"machine {m} wrote no result '{doc}'")
         reports.append(MachineReport.from_json(json.loads(doc.read_text())))
         values.append(load_checkpoint(out / f"machine{m}.params", graph))
     spread = max((float(np.abs(v[n] - values[0][n]).max()) for v in values[1:] for n in v), default=0.0)
-    return HybridReport(tuple(reports), values[0], spread, launched.seconds)
+    return HybridReport(tuple(reports), values[0], spread, seconds)
+
+
+@dataclass(frozen=True)
+class HybridCheck:
+    """A hybrid run beside one device training the global batch from the same start: the largest difference of
+    the global loss at any step, and of the final parameters relative to the largest parameter."""
+
+    loss: float
+    parameters: float
+    reference_losses: tuple[float, ...]
+
+
+def check_against_one_device(whole: Graph, report: HybridReport, start_values: Mapping[str, np.ndarray],
+                             start_momentum: Mapping[str, np.ndarray] | None, batch: Mapping[str, np.ndarray],
+                             lr: float = 0.05, momentum: float = 0.9) -> HybridCheck:
+    """Trains ``whole`` (the model at the global batch) on one device for as many steps as ``report`` ran, from
+    ``start_values`` (and ``start_momentum`` of a resumed run), and compares.
+
+    Raises:
+        DistributedError: the machines ran different numbers of steps.
+    """
+    from tofu.api import reference_symbol
+    from tofu.runtime.data import loss
+    from tofu.runtime.run import max_rel_diff
+    from tofu.runtime.train import whole_graph
+
+    steps = {len(m.losses) for m in report.machines}
+    if len(steps) != 1:
+        raise DistributedError(f"the machines ran different numbers of steps: {sorted(steps)}")
+    trainer = Trainer(whole_graph(whole, reference_symbol(whole)), {**start_values, **batch}, lr=lr,
+                      momentum=momentum)
+    if start_momentum is not None:
+        trainer.load_momentum(start_momentum)
+    losses = tuple(loss(whole, trainer.step(), batch) for _ in range(steps.pop()))
+    final = final_values(whole, start_values, trainer)
+    return HybridCheck(max((abs(a - b) for a, b in zip(report.losses, losses)), default=0.0),
+                       max_rel_diff(report.final_values, final), losses)

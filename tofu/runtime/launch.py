@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+import shlex
 import signal
 import socket
 import subprocess
@@ -152,24 +154,49 @@ def launch_local(command: Sequence[str], machines: int, servers: int = 1, *, log
         LaunchError: a process failed (exited non-zero or was killed), workers still ran ``grace_s`` after a
             scheduler or server exited, or ``timeout_s`` passed; every process has been killed and reaped by then.
     """
-    if machines < 1 or servers < 1:
-        raise LaunchError(f"need at least one worker and one server, not {machines} and {servers}")
-    log_dir = Path(log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
+    _check_counts(machines, servers)
     port = free_port(host)
     base = _base_env(env)
-    serve = [sys.executable, "-c", "import mxnet"]
+    serve = (sys.executable, "-c", "import mxnet")
+
+    def spec(name: str, role: str, argv: Sequence[str]) -> ProcessSpec:
+        return ProcessSpec(name, role, tuple(argv), {**base, **kvstore_env(role, port, machines, servers, host)})
+
+    specs = [spec("scheduler", "scheduler", serve)]
+    specs += [spec(f"server{i}", "server", serve) for i in range(servers)]
+    specs += [spec(f"worker{i}", "worker", command) for i in range(machines)]
+    return supervise(specs, log_dir=log_dir, port=port, timeout_s=timeout_s, grace_s=grace_s)
+
+
+def _check_counts(machines: int, servers: int) -> None:
+    if machines < 1 or servers < 1:
+        raise LaunchError(f"need at least one worker and one server, not {machines} and {servers}")
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One process to start here: its name (and log's), its ps-lite role, its argv and its whole environment."""
+
+    name: str
+    role: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+
+
+def supervise(specs: Sequence[ProcessSpec], *, log_dir: str | Path, port: int, timeout_s: float = 300.0,
+              grace_s: float = 15.0) -> LaunchResult:
+    """Starts ``specs`` in order and waits until every worker has exited 0 (the supervision of
+    :func:`launch_local`, whose arguments and errors these are; ``port`` is only reported)."""
+    log_dir = Path(log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     procs: list[_Process] = []
     try:
-        procs.append(_Process("scheduler", "scheduler", serve,
-                              {**base, **kvstore_env("scheduler", port, machines, servers, host)}, log_dir))
-        for i in range(servers):
-            procs.append(_Process(f"server{i}", "server", serve,
-                                  {**base, **kvstore_env("server", port, machines, servers, host)}, log_dir))
-        for i in range(machines):
-            procs.append(_Process(f"worker{i}", "worker", command,
-                                  {**base, **kvstore_env("worker", port, machines, servers, host)}, log_dir))
+        for s in specs:
+            try:
+                procs.append(_Process(s.name, s.role, s.argv, s.env, log_dir))
+            except OSError as e:
+                raise LaunchError(f"cannot start {s.name} ('{s.argv[0]}'): {e.strerror or e}") from None
         workers = [p for p in procs if p.role == "worker"]
         service_ended = None        # when a scheduler or server first exited 0 (rank 0 stops them at its end)
         while True:
@@ -213,3 +240,101 @@ def launch_local(command: Sequence[str], machines: int, servers: int = 1, *, log
     finally:
         for p in procs:
             p.kill()
+
+
+# ------------------------------------------------------------------------------------------- over ssh
+
+@dataclass(frozen=True)
+class Host:
+    """One line of a hostfile: what ssh connects to (``user@host`` or ``host``), the address the ps-lite nodes
+    on it listen on and are reached at (``host``), and ssh's port (None: ssh's default)."""
+
+    destination: str
+    address: str
+    ssh_port: int | None = None
+
+
+def read_hostfile(path: str | Path) -> tuple[Host, ...]:
+    """The hosts of ``path``: one ``[USER@]HOST[:SSH_PORT]`` per line; blank lines and ``#`` comments skipped.
+
+    Raises:
+        LaunchError: the file cannot be read, a line is malformed, a host is listed twice, or it lists none.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise LaunchError(f"cannot read hostfile '{path}': {getattr(e, 'strerror', None) or e}") from None
+    hosts: list[Host] = []
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        m = _HOST_LINE.fullmatch(line)
+        if not m:
+            raise LaunchError(f"hostfile '{path}', line {number}: '{line}' is not [USER@]HOST[:SSH_PORT]")
+        host = Host(m["user"] + m["host"] if m["user"] else m["host"], m["host"],
+                    int(m["port"]) if m["port"] else None)
+        if host in hosts:
+            raise LaunchError(f"hostfile '{path}', line {number}: '{line}' is listed twice")
+        hosts.append(host)
+    if not hosts:
+        raise LaunchError(f"hostfile '{path}' lists no host")
+    return tuple(hosts)
+
+
+_HOST_LINE = re.compile(r"(?P<user>[A-Za-z0-9._-]+@)?(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*)(?::(?P<port>[0-9]{1,5}))?")
+_FORWARDED = ("MXNET_SUBGRAPH_BACKEND", "MXNET_SUBGRAPH_VERBOSE", "MXNET_MKLDNN_ENABLED",
+              "MXNET_STORAGE_FALLBACK_LOG_VERBOSE", "MXNET_EXEC_INPLACE_GRAD_SUM_CAP", "OMP_NUM_THREADS",
+              "PYTHONPATH", "PYTHONUNBUFFERED")
+
+
+def ssh_specs(command: Sequence[str], machines: int, servers: int, hosts: Sequence[Host], *, port: int,
+              cwd: str | Path, env: Mapping[str, str] | None = None,
+              python: str = sys.executable) -> tuple[ProcessSpec, ...]:
+    """The local ``ssh`` processes that start a run's scheduler, servers and workers on ``hosts``.
+
+    The scheduler runs on the first host (``DMLC_PS_ROOT_URI`` is its address, ``DMLC_PS_ROOT_PORT`` ``port``),
+    server i on host ``i mod len(hosts)``, worker (machine) m on host m; each node listens on its own host's
+    address (``DMLC_NODE_HOST``). On the host, each runs ``cd CWD && env VAR=VALUE ... ARGV`` (every word quoted
+    for the remote shell): the ps-lite variables, this process's MXNet settings and ``PYTHONPATH`` (the same
+    paths on every host: a shared file system), and ``env``. ``ssh -tt`` gives the remote command a terminal, so
+    killing the local ssh hangs up on it and the remote process ends too.
+
+    Raises:
+        LaunchError: fewer hosts than machines (each machine's devices are its host's).
+    """
+    _check_counts(machines, servers)
+    if len(hosts) < machines:
+        raise LaunchError(f"the hostfile lists {len(hosts)} host{'s' * (len(hosts) != 1)}; {machines} machines "
+                          f"need {machines} (one machine per host)")
+    base = _base_env(env)
+    forwarded = {k: base[k] for k in _FORWARDED if k in base}
+    forwarded.update(env or {})
+    serve = (python, "-c", "import mxnet")
+    root = hosts[0].address
+
+    def spec(name: str, role: str, host: Host, argv: Sequence[str]) -> ProcessSpec:
+        variables = {**forwarded, **kvstore_env(role, port, machines, servers, root), "DMLC_NODE_HOST": host.address}
+        remote = (f"cd {shlex.quote(str(cwd))} && env "
+                  + " ".join(shlex.quote(f"{k}={v}") for k, v in variables.items()) + " "
+                  + " ".join(shlex.quote(a) for a in argv))
+        ssh = ["ssh", "-tt", "-o", "BatchMode=yes"] + (["-p", str(host.ssh_port)] if host.ssh_port else [])
+        return ProcessSpec(name, role, (*ssh, host.destination, remote), dict(os.environ))
+
+    specs = [spec("scheduler", "scheduler", hosts[0], serve)]
+    specs += [spec(f"server{i}", "server", hosts[i % len(hosts)], serve) for i in range(servers)]
+    specs += [spec(f"worker{m}", "worker", hosts[m], command) for m in range(machines)]
+    return tuple(specs)
+
+
+def launch_hosts(command: Sequence[str], machines: int, servers: int, hosts: Sequence[Host], *,
+                 log_dir: str | Path, port: int = 9091, cwd: str | Path | None = None, timeout_s: float = 300.0,
+                 grace_s: float = 15.0, env: Mapping[str, str] | None = None) -> LaunchResult:
+    """:func:`launch_local` on ``hosts`` over ssh (:func:`ssh_specs`); the logs are the ssh clients' output, here.
+
+    Raises:
+        LaunchError: as :func:`launch_local`, and for too few hosts.
+    """
+    specs = ssh_specs(command, machines, servers, hosts, port=port, cwd=cwd or Path.cwd(), env=env)
+    return supervise(specs, log_dir=log_dir, port=port, timeout_s=timeout_s, grace_s=grace_s)

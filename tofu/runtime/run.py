@@ -16,6 +16,7 @@ import numpy as np
 
 from tofu.graph.ir import Graph, Role
 from tofu.rewrite.apply_plan import PartitionedGraph
+from tofu.runtime.checkpoint import CheckpointPolicy, TrainingState, save_training_state, trainer_state
 from tofu.runtime.data import loss
 from tofu.runtime.train import Trainer, whole_graph
 from tofu.search.plan import Plan
@@ -78,7 +79,7 @@ class RunReport:
         return doc
 
 
-def _rel(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
+def max_rel_diff(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
     """max |a - b| over every element of every tensor, relative to the largest |b| of them all (a tensor whose
     values are all small, a BatchNorm shift, is not held to a tighter absolute bound than the others)."""
     scale = max((float(np.abs(ref).max()) for ref in b.values()), default=0.0) or 1.0
@@ -90,16 +91,26 @@ def _rel(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> float:
 def train(graph: Graph, plan: Plan, pg: PartitionedGraph, values: Mapping[str, np.ndarray],
           batch: Mapping[str, np.ndarray], steps: int, reference_symbol=None, ctx: str = "cpu",
           lr: float = 0.05, momentum: float = 0.9,
-          progress: Callable[[int, float, float, float | None], None] | None = None) -> RunReport:
-    """``steps`` training steps of ``pg`` on ``batch``; with ``reference_symbol`` (the unpartitioned model) the
-    same steps on one device beside it, compared.
+          progress: Callable[[int, float, float, float | None], None] | None = None, *,
+          start: TrainingState | None = None, checkpoint: CheckpointPolicy | None = None) -> RunReport:
+    """Training steps of ``pg`` on ``batch`` up to step number ``steps``; with ``reference_symbol`` (the
+    unpartitioned model) the same steps on one device beside it, compared.
 
-    ``progress(step, loss, seconds, reference_loss)`` is called after every step.
+    ``progress(step, loss, seconds, reference_loss)`` is called after every step. ``start`` (a resumed
+    checkpoint) replaces ``values`` with its parameters and momentum and skips the steps it has done;
+    ``checkpoint`` saves the state every ``checkpoint.every`` steps (step numbers counted from the start).
     """
+    done = 0
+    if start is not None:
+        values, done = start.values, start.step
     values = {**values, **batch}
     trainer = Trainer(pg, values, ctx, lr, momentum)
     reference = Trainer(whole_graph(graph, reference_symbol), values, "cpu", lr, momentum) \
         if reference_symbol is not None else None
+    if start is not None:
+        for t in (trainer, reference):
+            if t is not None:
+                t.load_momentum(start.momentum)
     # one forward and backward pass (no update) measures the copies, then gives the first step's outputs and
     # gradients; one device makes the same pass, so both runs' auxiliary states move alike
     copies = trainer.copies()
@@ -107,17 +118,19 @@ def train(graph: Graph, plan: Plan, pg: PartitionedGraph, values: Mapping[str, n
     if reference is not None:
         got, want = trainer.outputs(), reference.forward_backward()
         out_diff = max(float(np.abs(got[n] - want[n]).max()) for n in want)
-        grad_diff = _rel(trainer.gradients(), reference.gradients())
+        grad_diff = max_rel_diff(trainer.gradients(), reference.gradients())
     losses, ref_losses = [], []
-    for i in range(steps):
+    for i in range(done + 1, steps + 1):
         outs = trainer.step()
         losses.append(loss(graph, outs, batch))
         ref = None
         if reference is not None:
             ref = loss(graph, reference.step(), batch)
             ref_losses.append(ref)
+        if checkpoint is not None and checkpoint.due(i):
+            save_training_state(checkpoint.path, graph, trainer_state(graph, values, trainer, i), plan)
         if progress:
-            progress(i + 1, losses[-1], trainer.step_seconds[-1], ref)
+            progress(i, losses[-1], trainer.step_seconds[-1], ref)
     check = None
     # auxiliary states that a statistics exchange does not read (BatchNorm's moving statistics) keep their values
     final = {**values, **trainer.parameters((Role.PARAM, Role.AUX))}
@@ -125,7 +138,7 @@ def train(graph: Graph, plan: Plan, pg: PartitionedGraph, values: Mapping[str, n
     if reference is not None:
         ref_params = reference.parameters()
         check = Check(out_diff, grad_diff, max((abs(a - b) for a, b in zip(losses, ref_losses)), default=0.0),
-                      _rel(final, ref_params) if steps else 0.0, tuple(ref_losses))
+                      max_rel_diff(final, ref_params) if losses else 0.0, tuple(ref_losses))
     return RunReport(graph.name, pg.workers, plan.algo, tuple(losses), tuple(trainer.step_seconds),
                      trainer.bind_seconds, sum(c.nbytes for c in copies if not c.backward),
                      sum(c.nbytes for c in copies if c.backward), len(copies), plan.comm_bytes,

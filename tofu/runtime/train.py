@@ -155,6 +155,15 @@ class Trainer:
         arrays = {**self.executor.arg_dict, **self.executor.aux_dict}
         return self._gather({v.name: arrays[v.name].asnumpy() for v in self.pg.variables if v.role in roles})
 
+    def momentum_values(self) -> dict[str, np.ndarray]:
+        """The SGD momentum of every parameter the graph updates, whole, from its shards."""
+        return self._gather({name: mom.asnumpy() for name, mom in self.moms.items()})
+
+    def load_momentum(self, momentum: Mapping[str, np.ndarray]) -> None:
+        """Sets the SGD momentum of every parameter from whole tensors (a resumed run's optimizer state)."""
+        for v in self.params:
+            self.moms[v.name][:] = momentum[v.tensor][tuple(slice(a, b) for a, b in v.box)]
+
     def _gather(self, shards: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return gather_values(self.pg, shards)
 
