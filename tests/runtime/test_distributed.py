@@ -37,7 +37,7 @@ def _one_device(model, batch, steps=STEPS):
     return losses, trainer.parameters()
 
 
-@pytest.mark.parametrize("model,workers", [("mlp", 2), ("rnn-tiny", 2), ("mlp", 4)], ids=str)
+@pytest.mark.parametrize("model,workers", [("mlp", 2), ("rnn-tiny", 2), ("mlp", 4), ("rnn-tiny", 4)], ids=str)
 def test_two_machines_equal_one_device(model, workers, tmp_path):
     report = train_hybrid(model, BATCH[model], MACHINES, workers, tmp_path, steps=STEPS, lr=LR, timeout_s=120)
     losses, params = _one_device(model, BATCH[model])
