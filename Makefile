@@ -7,7 +7,7 @@ export MXNET_SUBGRAPH_BACKEND := NONE
 export MXNET_SUBGRAPH_VERBOSE := 0
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: test demo venv clean docs
+.PHONY: test demo venv clean docs experiments
 
 venv: $(STAMP)
 
@@ -26,6 +26,16 @@ demo: $(STAMP)
 
 docs: $(STAMP)
 	$(PY) experiments/make_models_table.py --out docs/models.md
+
+# The simulated evaluation (docs/experiments.md) on the default profile, k80x8: results/ and docs/figures/.
+experiments: $(STAMP)
+	$(PY) experiments/run_throughput.py --tag k80x8
+	$(PY) experiments/run_partition_algorithms.py --tag k80x8
+	$(PY) experiments/run_scaling.py --tag k80x8
+	$(PY) experiments/plot_throughput.py results/throughput/k80x8.csv --out docs/figures/throughput.png
+	$(PY) experiments/plot_partition_algorithms.py results/partition_algorithms/k80x8.csv \
+		--out docs/figures/partition_algorithms.png
+	$(PY) experiments/plot_scaling.py results/scaling/k80x8.csv --out docs/figures/scaling.png
 
 clean:
 	rm -rf .venv build *.egg-info

@@ -49,3 +49,26 @@ class RowWriter:
 
     def close(self) -> None:
         self._file.close()
+
+
+def ideal_batch(model: str) -> int:
+    """The paper's Ideal batch of the model's family (:data:`tofu.models.paper.IDEAL_BATCH`: 128 for WResNet,
+    512 for RNN), 16 for the families it does not train."""
+    from tofu.models import ModelOptions, build_model
+    from tofu.models.paper import IDEAL_BATCH
+
+    return IDEAL_BATCH.get(build_model(model, ModelOptions(batch=1)).family, 16)
+
+
+def model_builder(model: str):
+    """``batch -> Graph`` for ``model`` (what :mod:`tofu.sim.baselines` takes)."""
+    from tofu.api import load_graph
+    from tofu.models import ModelOptions
+
+    return lambda batch: load_graph(model, ModelOptions(batch=batch))
+
+
+def read_rows(path: Path) -> list[dict[str, str]]:
+    """A results CSV as a list of rows (what the plot scripts read)."""
+    with Path(path).open(newline="") as f:
+        return list(csv.DictReader(f))

@@ -82,6 +82,9 @@ class Profile:
             issues updates one by one, outside the bound graph).
         copy_launch_seconds: fixed cost of one copy between devices (MXNet's ``_CrossDeviceCopy``), beside its
             bytes over the interconnect (None: ``launch_seconds``).
+        host_sharing: how many devices share one link to host memory: when every device swaps at once, each
+            gets ``host_bandwidth / host_sharing`` per direction (:mod:`tofu.sim.baselines`, Swap).
+        host_memory_bytes: the machine's host memory (0: not modelled), what swapped-out tensors may fill.
     """
 
     name: str
@@ -98,6 +101,8 @@ class Profile:
     step_seconds: float = 0.0
     update_launch_seconds: float | None = None
     copy_launch_seconds: float | None = None
+    host_sharing: int = 1
+    host_memory_bytes: float = 0.0
 
     def rate(self, op_class: OpClass) -> ClassRate:
         """The class's rates (a class the profile lacks: efficiencies 1, ``launch_seconds``)."""
@@ -114,7 +119,21 @@ class Profile:
     def update_launch(self) -> float:
         return self.launch_seconds if self.update_launch_seconds is None else self.update_launch_seconds
 
+    @property
+    def host_share(self) -> float:
+        """Bytes/s per direction one device gets to host memory while every device uses its link."""
+        return self.host_bandwidth / self.host_sharing
+
+    def link_bandwidth(self, a: int, b: int) -> float:
+        """Bytes/s per direction of a transfer from device ``a`` to device ``b`` alone on the interconnect: the
+        slowest uplink it crosses (every level whose domains separate the two); inf when ``a == b``."""
+        crossed = [lv.bandwidth for lv in self.levels if a // lv.size != b // lv.size]
+        return min(crossed) if crossed else float("inf")
+
     def __post_init__(self):
+        if self.host_sharing < 1 or self.host_memory_bytes < 0:
+            raise ValueError(f"profile {self.name}: host_sharing {self.host_sharing} must be positive and "
+                             f"host_memory_bytes {self.host_memory_bytes} non-negative")
         sizes = [lv.size for lv in self.levels]
         if sizes != sorted(sizes) or len(set(sizes)) != len(sizes):
             raise ValueError(f"profile {self.name}: level sizes {sizes} must increase")
@@ -137,6 +156,9 @@ K80X8 = Profile(
     # traffic). So a plan's first cut of 8 crosses the root, the second stays in a quad, the third in a pair.
     levels=(Level("die", 1, 21 * GB), Level("pair", 2, 21 * GB), Level("quad", 4, 10 * GB)),
     host_bandwidth=10 * GB,                 # PAPER.md: CPU-GPU 10 GB/s
+    # ours, the same tree as above: the four dies of a quad reach the root, and host memory, over their switch's
+    # one uplink, so while all eight swap each gets a quarter of it; PAPER.md: 488 GB host memory.
+    host_sharing=4, host_memory_bytes=488 * GB,
     launch_seconds=10e-6,                   # ours: a CUDA kernel launch plus MXNet's engine push, order 10 us
     # ours, stated and not fitted: cuBLAS/cuDNN FP32 on Kepler reach about 60% of peak on large GEMM-like ops;
     # ECC on (EC2's default) leaves about 75% of GDDR5's peak bandwidth to a streaming kernel. The same for every
@@ -156,6 +178,9 @@ V100X8 = Profile(
     # all-to-all; across quads each GPU has one link (25 GB/s) to the other quad.
     levels=(Level("gpu", 1, 50 * GB), Level("quad", 4, 4 * 25 * GB)),
     host_bandwidth=16 * GB,                  # PCIe 3.0 x16: 15.75 GB/s per direction (PCIe 3.0 specification)
+    # DGX-1 V100 whitepaper: each PCIe switch joins two GPUs to a CPU, so two GPUs share one x16 uplink to host
+    # memory; the p3.16xlarge has 488 GiB of host memory (AWS instance page).
+    host_sharing=2, host_memory_bytes=488 * GiB,
     launch_seconds=5e-6,                     # ours: order of a CUDA kernel launch
     classes=uniform_rates(compute=0.7, memory=0.8, launch=5e-6),     # ours, stated and not fitted
     concurrency=8,

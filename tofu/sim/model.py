@@ -165,6 +165,14 @@ def _size(box) -> tuple[int, ...]:
     return tuple(b - a for a, b in box)
 
 
+def update_seconds(elements: int, itemsize: int, profile: Profile) -> float:
+    """The SGD-momentum update of one parameter piece of ``elements`` elements: one call at the profile's update
+    launch cost (see the module docstring)."""
+    update = OpWork(UPDATE_FLOPS_PER_ELEMENT * elements, UPDATE_BYTES_PER_ELEMENT * elements * itemsize,
+                    OpClass.ELEMENTWISE, frozenset())
+    return roofline_seconds(update, update.flops, update.bytes, profile, profile.update_launch)
+
+
 def device_compute(graph: Graph, plan: Plan, profile: Profile) -> tuple[tuple[float, ...], float]:
     """Per device, the seconds of its calls (forward, backward, update); and the FLOPs of all devices."""
     factors = tuple(s.factor for s in plan.steps)
@@ -201,10 +209,8 @@ def device_compute(graph: Graph, plan: Plan, profile: Profile) -> tuple[tuple[fl
                 continue
             seen.add(box)
             n = math.prod(_size(box))
-            update = OpWork(UPDATE_FLOPS_PER_ELEMENT * n, UPDATE_BYTES_PER_ELEMENT * n * t.nbytes / t.size,
-                            OpClass.ELEMENTWISE, frozenset())
-            seconds[w] += roofline_seconds(update, update.flops, update.bytes, profile, profile.update_launch)
-            flops += update.flops
+            seconds[w] += update_seconds(n, t.nbytes // max(1, t.size), profile)
+            flops += UPDATE_FLOPS_PER_ELEMENT * n
     return tuple(seconds), flops
 
 
