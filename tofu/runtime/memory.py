@@ -29,19 +29,21 @@ class DeviceMemoryError(TofuError):
     """The measuring process failed, or its trace holds no memory counter of some device."""
 
 
-def measure_device_peaks(pg, timeout: float = 300.0) -> tuple[int, ...] | None:
-    """Peak bytes on each of ``pg``'s devices over one training step, or None beyond the profiler's 4 devices.
+def measure_device_peaks(pg, timeout: float = 300.0, one_context: bool = False) -> tuple[int, ...] | None:
+    """Peak bytes on each of ``pg``'s devices over one training step, or None beyond the profiler's 4 devices;
+    ``one_context``: every device group bound to cpu(0), one peak (the graph's own structure, without the split
+    over contexts).
 
     Raises:
         DeviceMemoryError: the measuring process failed.
     """
-    if pg.workers > MAX_PROFILED_DEVICES:
+    if pg.workers > MAX_PROFILED_DEVICES and not one_context:
         return None
     aux = set(pg.symbol.list_auxiliary_states())
     request = {"symbol": pg.symbol.tojson(), "workers": pg.workers,
                "shapes": {v.name: list(v.shape) for v in pg.variables},
                "params": [v.name for v in pg.variables if v.role is Role.PARAM and v.name not in aux],
-               "devices": {v.name: v.device for v in pg.variables}}
+               "devices": {v.name: v.device for v in pg.variables}, "one_context": one_context}
     return tuple(run_in_child(__name__, request, {}, timeout, DeviceMemoryError)["peak_bytes"])
 
 
@@ -76,7 +78,9 @@ def _worker() -> None:
         path = Path(tmp) / "profile.json"
         mx.profiler.set_config(profile_memory=True, profile_symbolic=True, aggregate_stats=True, filename=str(path))
         mx.profiler.set_state("run")
-        ctxs = [mx.cpu(i) for i in range(k)]
+        if request.get("one_context"):
+            k = 1
+        ctxs = [mx.cpu(0 if k == 1 else i) for i in range(request["workers"])]
         exe = symbol.simple_bind(ctxs[0], group2ctx={f"dev{i}": c for i, c in enumerate(ctxs)}, grad_req=grad_req,
                                  **shapes)
         moms = {n: mx.nd.zeros(exe.arg_dict[n].shape, ctx=exe.arg_dict[n].context) for n in params}
