@@ -21,8 +21,12 @@ $(STAMP): requirements.txt setup.py
 test: $(STAMP)
 	$(PY) -m pytest -q
 
+# The headline last: the paper's two largest models on a simulated 8 x K80 against every baseline (docs/experiments.md).
 demo: $(STAMP)
 	$(PY) -m tofu.demo
+	@echo; echo "== simulated k80x8: throughput of every system, the paper's largest models (docs/experiments.md)"
+	@$(PY) experiments/run_throughput.py --models wresnet-152-10,rnn-10-8k --tag demo --quiet
+	@$(PY) experiments/plot_throughput.py results/throughput/demo.csv --out results/figures/demo-throughput.png
 
 docs: $(STAMP)
 	$(PY) experiments/make_models_table.py --out docs/models.md

@@ -71,7 +71,31 @@ def main(argv: list[str] | None = None) -> int:
         ax.legend(handles=[Patch(facecolor=s.color, edgecolor="black", linewidth=0.3, label=s.label) for s in systems],
                   ncol=len(systems), fontsize=7, loc="upper right")
     save(fig, args.out, dpi=150)
+    for line in summary(rows):
+        print(line)
     return 0
+
+
+def summary(rows: list[dict[str, str]]) -> list[str]:
+    """Per model: each system's throughput over Ideal's (its batch), or its status."""
+    cell = {(r["model"], r["system"]): r for r in rows}
+    systems = [s for s in SystemStyle if any(r["system"] == s.key for r in rows)]
+    lines = [f"{'throughput / Ideal':<18} " + " ".join(f"{s.label:>16}" for s in systems)]
+    for m in dict.fromkeys(r["model"] for r in rows):
+        ideal = cell.get((m, SystemStyle.IDEAL.key))
+        parts = []
+        for s in systems:
+            r = cell.get((m, s.key))
+            if r is None:
+                parts.append(f"{'-':>16}")
+            elif r["status"] != "ok" or not ideal or ideal["status"] != "ok":
+                parts.append(f"{r['status'].upper():>16}")
+            else:
+                ratio = float(r["samples_per_second"]) / float(ideal["samples_per_second"])
+                text = f"{ratio:.2f} (b={r['batch']})"
+                parts.append(f"{text:>16}")
+        lines.append(f"{m:<18} " + " ".join(parts))
+    return lines
 
 
 if __name__ == "__main__":

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag", default="latest")
     p.add_argument("--out-dir", type=Path, default=Path("results/throughput"))
     p.add_argument("--quick", action="store_true", help=f"{', '.join(QUICK_MODELS)} on devices of 4 MiB")
+    p.add_argument("--quiet", action="store_true", help="no progress lines (errors still go to stderr)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     models = PAPER_MODELS if args.models == "paper" else tuple(args.models.split(","))
@@ -92,13 +93,15 @@ def main(argv: list[str] | None = None) -> int:
                 t0 = time.perf_counter()
                 est = estimate(system, model, prof, most, overlap)
                 writer.write(row_of(est, prof.name, most))
-                print(f"[{i}/{len(models)}] {model:<16} {system.value:<12} {est.status.value:<4} "
-                      f"batch {est.batch if est.batch is not None else '-':>4}  "
-                      f"{est.samples_per_second:9.2f} samples/s  ({time.perf_counter() - t0:.1f} s)",
-                      file=sys.stderr, flush=True)
+                if not args.quiet:
+                    print(f"[{i}/{len(models)}] {model:<16} {system.value:<12} {est.status.value:<4} "
+                          f"batch {est.batch if est.batch is not None else '-':>4}  "
+                          f"{est.samples_per_second:9.2f} samples/s  ({time.perf_counter() - t0:.1f} s)",
+                          file=sys.stderr, flush=True)
     finally:
         writer.close()
-    print(f"wrote {out}", file=sys.stderr)
+    if not args.quiet:
+        print(f"wrote {out}", file=sys.stderr)
     return 0
 
 

@@ -62,3 +62,18 @@ def test_plot(rows, tmp_path):
     out, _ = rows
     assert plot_throughput.main([str(out / "smoke.csv"), "--out", str(tmp_path / "t.png")]) == 0
     assert (tmp_path / "t.png").stat().st_size > 10_000
+
+
+def test_summary_is_each_systems_throughput_over_ideals(rows):
+    _, table = rows
+    lines = plot_throughput.summary(table)
+    for line in lines[1:]:
+        model, *cells = line.split()
+        ideal = next(r for r in table if r["model"] == model and r["system"] == "ideal")
+        for r in (r for r in table if r["model"] == model):
+            if r["status"] == "ok":
+                ratio = float(r["samples_per_second"]) / float(ideal["samples_per_second"])
+                assert f"{ratio:.2f}" in line and f"(b={r['batch']})" in line
+            else:
+                assert r["status"].upper() in line
+    assert [ln.split()[0] for ln in lines[1:]] == list(run_throughput.QUICK_MODELS)
