@@ -40,6 +40,9 @@ experiments: $(STAMP)
 	$(PY) experiments/plot_partition_algorithms.py results/partition_algorithms/k80x8.csv \
 		--out docs/figures/partition_algorithms.png
 	$(PY) experiments/plot_scaling.py results/scaling/k80x8.csv --out docs/figures/scaling.png
+	$(PY) experiments/run_search_time.py --workers 8 --tag experiments \
+		--algos tofu,tofu-recursive,dp-flat,data-parallel,allrow-greedy,spartan,equalchop,icml18
+	$(PY) experiments/plot_search.py results/search_time/experiments.csv --workers 8 --out docs/figures/search_time.png
 
 clean:
 	rm -rf .venv build *.egg-info
