@@ -15,6 +15,10 @@ import contextlib
 import gc
 import logging
 import math
+import os
+import select
+import signal
+import struct
 import time
 from collections.abc import Callable
 
@@ -79,11 +83,13 @@ def _no_gc():
             gc.enable()
 
 
-def plan_graph(graph: Graph, workers: int, algo: str = "tofu") -> Plan:
+def plan_graph(graph: Graph, workers: int, algo: str = "tofu", concurrent: bool = True) -> Plan:
     """Partitions ``graph`` over ``workers`` devices with algorithm ``algo``.
 
     An order of cuts that cannot split some tensor (8 rows in one 8-way cut) leaves the others: the search
-    fails only when every order does.
+    fails only when every order does. With ``concurrent`` and a core to spare, ``tofu``'s single k-way cut is
+    costed in a forked process while the recursion runs here; it is searched here again only when it wins
+    (or the fork gives no answer), so the plan is the sequential one.
 
     Raises:
         SearchError: unknown algorithm, impossible worker count, or an op that cannot be split (the first
@@ -92,10 +98,10 @@ def plan_graph(graph: Graph, workers: int, algo: str = "tofu") -> Plan:
     if algo not in ALGORITHMS:
         raise SearchError(f"unknown algorithm '{algo}'; choose one of {', '.join(ALGORITHMS)}")
     with _no_gc():
-        return _plan(graph, workers, algo)
+        return _plan(graph, workers, algo, concurrent)
 
 
-def _plan(graph: Graph, workers: int, algo: str) -> Plan:
+def _plan(graph: Graph, workers: int, algo: str, concurrent: bool = False) -> Plan:
     factors = factorize(workers)
     solver, cuts = ALGORITHMS[algo]
     start = time.perf_counter()
@@ -104,18 +110,96 @@ def _plan(graph: Graph, workers: int, algo: str) -> Plan:
     if workers > 1:
         orders = {"recursive": [factors], "flat": [(workers,)], "best": list(dict.fromkeys([factors, (workers,)]))}
         candidates, failures = [], []
-        for order in orders[cuts]:
-            try:
-                candidates.append(search(graph, order, solver, coarse))
-            except TofuError as e:
-                log.info("%s: cuts %s fail: %s", algo, order, e)
-                failures.append(e)
+        ahead = _Ahead.start(graph, orders[cuts][1], solver, coarse) \
+            if concurrent and len(orders[cuts]) == 2 and _fork_pays(graph) else None
+        try:
+            for j, order in enumerate(orders[cuts]):
+                if j == 1 and ahead is not None and candidates:
+                    # the child searches a smaller problem than the recursion just did: waiting as long again
+                    # (at least 5 s) bounds a child stuck at fork (a lock held by another thread) without a hang
+                    cost = ahead.cost(timeout_s=max(5.0, time.perf_counter() - start))
+                    if cost is not None and cost >= total_cost(candidates[0]):
+                        break           # it would lose (ties: the first); else it is searched here again
+                try:
+                    candidates.append(search(graph, order, solver, coarse))
+                except TofuError as e:
+                    log.info("%s: cuts %s fail: %s", algo, order, e)
+                    failures.append(e)
+        finally:
+            if ahead is not None:
+                ahead.close()
         if not candidates:
             raise failures[0]
         steps = min(candidates, key=total_cost)       # ties: the first (the recursion)
     seconds = time.perf_counter() - start
     log.info("%s: %d workers in %.2f s", algo, workers, seconds)
     return to_plan(graph, workers, algo, steps, seconds, coarse.stats(graph))
+
+
+_FORK_FROM_NODES = 300
+"""Graphs with fewer ops search both orders here: forking a process that holds MXNet takes 30-90 ms on this
+machine, more than a small graph's k-way cut."""
+
+
+def _fork_pays(graph: Graph) -> bool:
+    """Whether to cost the k-way cut in a forked process: the graph is large enough, this process may use
+    two cores and the load leaves one idle."""
+    if len(graph.nodes) < _FORK_FROM_NODES or not hasattr(os, "fork") or not hasattr(os, "sched_getaffinity"):
+        return False
+    cores = len(os.sched_getaffinity(0))
+    return cores >= 2 and os.getloadavg()[0] <= cores - 0.5
+
+
+class _Ahead:
+    """One search run in a forked process, which reports its total cost only (8 bytes; nothing else crosses):
+    the caller keeps its own plan when that is no dearer, and otherwise searches again itself."""
+
+    def __init__(self, pid: int, fd: int):
+        self._pid, self._fd = pid, fd
+
+    @classmethod
+    def start(cls, graph: Graph, order: tuple[int, ...], solver: Callable, coarse) -> "_Ahead | None":
+        try:
+            read, write = os.pipe()
+            pid = os.fork()
+        except OSError as e:
+            log.info("no process for the %s-way cut (%s): searching it here", order, e)
+            return None
+        if pid == 0:                      # the child: any failure is reported as no answer
+            code = 1
+            try:
+                os.close(read)
+                os.write(write, struct.pack("d", float(total_cost(search(graph, order, solver, coarse)))))
+                code = 0
+            except BaseException:         # noqa: BLE001 (the parent searches again and reports it)
+                pass
+            finally:
+                os._exit(code)
+        os.close(write)
+        return cls(pid, read)
+
+    def cost(self, timeout_s: float) -> float | None:
+        """The child's total cost, or None when it failed, died or gave no answer within ``timeout_s``."""
+        got = b""
+        deadline = time.monotonic() + timeout_s
+        while len(got) < 8:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._fd], [], [], left)[0]:
+                log.info("the forked search gave no answer within %.0f s: searching it here", timeout_s)
+                return None
+            chunk = os.read(self._fd, 8 - len(got))
+            if not chunk:                 # the child closed the pipe without a full answer
+                return None
+            got += chunk
+        return struct.unpack("d", got)[0]
+
+    def close(self) -> None:
+        """Stops the child if it still runs, and reaps it."""
+        os.close(self._fd)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self._pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(self._pid, 0)
 
 
 def replay(graph: Graph, plan: Plan) -> Plan:

@@ -189,8 +189,8 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
                     if p < n_inputs and keeps:
                         _add(kept, tensor_group[t], tgroups, [o.fetched[p][1] for o in group_options], mult)
         ops.append(OpGroup(new_id, graph.nodes[nodes[0]].name, names, kinds, tuple(float(c) for c in const),
-                           tuple((t, tuple(tuple(float(v) for v in r) for r in table))
-                                 for t, table in terms.items()),
+                           tuple([(t, tuple([tuple([float(v) for v in r]) for r in table]))
+                                  for t, table in terms.items()]),
                            produces, nodes[0]))
         kept_tables.append(kept)
     problem = CutProblem(k, tuple(tgroups), tuple(ops))
@@ -208,9 +208,12 @@ def _add(tables: dict, tg: int, tgroups, per_option: list[dict], mult: int = 1) 
     table = tables.get(tg)
     if table is None:
         table = tables[tg] = [[0.0] * len(dims) for _ in per_option]
-    for row, per_dim in zip(table, per_option):
-        for e, d in enumerate(dims):
-            row[e] += per_dim[d] * mult
+    if mult == 1:
+        for row, per_dim in zip(table, per_option):
+            row[:] = [r + per_dim[d] for r, d in zip(row, dims)]
+    else:
+        for row, per_dim in zip(table, per_option):
+            row[:] = [r + per_dim[d] * mult for r, d in zip(row, dims)]
 
 
 def _as_groups(graph: Graph, shapes: Sequence[Shape], views) -> list[GroupView]:
@@ -264,10 +267,10 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
     if held is None:
         boxes = tuple(tuple((0, n) for n in shape) for shape in view.in_shapes + view.out_shapes)
     elif at_origin:
-        boxes = tuple(held[t] for t in ids)
+        boxes = tuple([held[t] for t in ids])
     else:
-        boxes = tuple(tuple((lo - o, hi - o) for o, (lo, hi) in zip(origin, held[t]))
-                      for t, origin in zip(ids, view.in_origins_or_zero() + view.out_origins_or_zero()))
+        boxes = tuple([tuple([(lo - o, hi - o) for o, (lo, hi) in zip(origin, held[t])])
+                       for t, origin in zip(ids, view.in_origins_or_zero() + view.out_origins_or_zero())])
     key = (id(graph), static, boxes, k, runnable_only, id(excluded))
     hit = _OPTIONS.get(key)
     if hit is not None and hit[0] is graph and hit[1] is excluded:
@@ -305,16 +308,23 @@ def _view_key(graph: Graph, view: NodeView) -> tuple:
     if hit is not None and hit[0] is view and hit[1] is graph:
         return hit[2]
     ids = view.inputs + view.outputs
-    info = _tensor_info(graph)
-    roles = tuple(info.roles[t] for t in ids)
+    all_roles = _tensor_info(graph).roles
+    roles = tuple([all_roles[t] for t in ids])
     if view.in_zeroed is not None:      # a zeroed input is not read: it costs nothing, as state
-        roles = tuple(_AUX if z else r for r, z in zip(roles, view.in_zeroed)) + roles[len(view.inputs):]
-    origins = view.in_origins_or_zero() + view.out_origins_or_zero()
+        roles = tuple([_AUX if z else r for r, z in zip(roles, view.in_zeroed)]) + roles[len(view.inputs):]
+    tensors = graph.tensors
     # the part of each input piece inside its tensor (the rest is a padded halo's fill)
-    windows = tuple(tuple((max(0, -o), min(n, full - o)) for o, n, full in zip(origin, shape, graph.tensors[t].shape))
-                    for t, origin, shape in zip(view.inputs, origins, view.in_shapes))
+    if view.in_origins is None:
+        windows = tuple([tuple([(0, n if n <= full else full) for n, full in zip(shape, tensors[t].shape)])
+                         for t, shape in zip(view.inputs, view.in_shapes)])
+        at_origin = view.out_origins is None or not any(map(any, view.out_origins))
+    else:
+        windows = tuple([tuple([(-o if o < 0 else 0, n if n <= full - o else full - o)
+                                for o, n, full in zip(origin, shape, tensors[t].shape)])
+                         for t, origin, shape in zip(view.inputs, view.in_origins, view.in_shapes)])
+        at_origin = not any(map(any, view.in_origins)) and (view.out_origins is None
+                                                             or not any(map(any, view.out_origins)))
     classes = view.out_classes or (1,) * len(view.outputs)
-    at_origin = not any(any(origin) for origin in origins)
     content = (id(graph), view.attrs, view.op, view.in_shapes, view.out_shapes, ids, roles, windows, classes,
                view.done)
     static = _INTERNED.setdefault(content, len(_INTERNED))
@@ -508,20 +518,24 @@ def _overlaps(pieces, box, k: int) -> dict:
     inclusive bounds (None: nothing). A piece meets H_w(d) in its overlap with the box, cut along d."""
     nd = len(box)
     out = [0] * (nd + 1)
+    spans = [(lo, hi - 1, hi - lo) for lo, hi in box]
     for w, p in enumerate(pieces):
         if p is None:
             continue
-        ov = [min(b, hi - 1) - max(a, lo) + 1 for (a, b), (lo, hi) in zip(p, box)]
-        if min(ov) <= 0:
-            continue
-        total = math.prod(ov)
-        out[nd] += total
-        for d in range(nd):
-            (a, b), (lo, hi) = p[d], box[d]
-            n = hi - lo
-            cut = min(b, lo + (w + 1) * n // k - 1) - max(a, lo + w * n // k) + 1
-            if cut > 0:
-                out[d] += total // ov[d] * cut
+        ov = []
+        for (a, b), (lo, top, _) in zip(p, spans):      # the piece's overlap with the box, per dimension
+            e = (b if b < top else top) - (a if a > lo else lo) + 1
+            if e <= 0:
+                break
+            ov.append(e)
+        else:
+            total = math.prod(ov)
+            out[nd] += total
+            for d, ((a, b), (lo, _, n), e) in enumerate(zip(p, spans, ov)):
+                first, last = lo + w * n // k, lo + (w + 1) * n // k - 1
+                cut = (b if b < last else last) - (a if a > first else first) + 1
+                if cut > 0:
+                    out[d] += total // e * cut
     result = dict(enumerate(out[:nd]))
     result[None] = out[nd]
     return result

@@ -183,16 +183,14 @@ def _apply(graph: Graph, solution: CutSolution, index: CutIndex, groups: list[Gr
             d = dims[node.outputs[0]]
             op_vars.append(f"dim{d}" if d is not None else "replicate")
     new_groups: list[GroupView] = []
+    # per node: its strategy's index, or (a merged element-wise op follows its tensors' split) None and the dim
+    plan = [(solution.y[group_of[node.id]], None) if node.id in group_of else (None, dims[node.outputs[0]])
+            for node in graph.nodes]
     for group, by_node in zip(groups if not last else (), index.group_strategies):
         for c in range(f):
-            views = []
-            for node in graph.nodes:
-                view = group.views[node.id]
-                if node.id in group_of:
-                    views.append(next_view(view, by_node[node.id][solution.y[group_of[node.id]]], f, c))
-                else:                   # a merged element-wise op follows its tensors' split
-                    views.append(follow_view(view, dims[node.outputs[0]], f, c))
-            held = tuple(_slice_box(box, d, f, c) for box, d in zip(group.held, dims))
+            views = [next_view(view, strategies[y], f, c) if y is not None else follow_view(view, d, f, c)
+                     for view, strategies, (y, d) in zip(group.views, by_node, plan)]
+            held = tuple([_slice_box(box, d, f, c) for box, d in zip(group.held, dims)])
             new_groups.append(GroupView(tuple(views), held))
     return tuple(op_vars), new_groups
 

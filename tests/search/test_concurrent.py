@@ -1,0 +1,136 @@
+"""plan_graph's concurrent one-cut search (issue 9): ``tofu``'s k-way cut costed in a forked process while the
+recursion runs must give the sequential plan, byte for byte, whichever order wins and whatever the fork does.
+
+The reference is the same call with ``concurrent=False``; the fork is forced (a spare core is not assumed).
+"""
+import json
+import os
+
+import mxnet as mx
+import pytest
+
+from tofu.errors import SearchError
+from tofu.graph import import_symbol
+from tofu.models import ModelOptions, build_model
+from tofu.search import algorithms
+from tofu.search.algorithms import plan_graph
+
+
+def graph(name: str, batch: int | None = None):
+    m = build_model(name, ModelOptions(batch=batch))
+    return import_symbol(m.symbol, m.shapes(), name)
+
+
+def plan_doc(plan) -> str:
+    doc = plan.to_json()
+    doc.pop("search_seconds")
+    return json.dumps(doc, sort_keys=True)
+
+
+@pytest.fixture
+def forked(monkeypatch):
+    monkeypatch.setattr(algorithms, "_fork_pays", lambda graph: True)
+    starts = []
+    start = algorithms._Ahead.start
+
+    def counted(*args):
+        ahead = start(*args)
+        starts.append(ahead)
+        return ahead
+
+    monkeypatch.setattr(algorithms._Ahead, "start", staticmethod(counted))
+    return starts
+
+
+@pytest.mark.parametrize("name, batch, workers, factors", [
+    ("wresnet-tiny", 16, 4, [2, 2]),      # the recursion wins: the fork's answer alone decides
+    ("gpt-tiny", 64, 4, [4]),             # the one 4-way cut wins: searched again here
+    ("rnn-tiny", 16, 8, [2, 2, 2]),
+])
+def test_concurrent_plan_equals_the_sequential_one(forked, name, batch, workers, factors):
+    g = graph(name, batch)
+    sequential = plan_graph(g, workers, "tofu", concurrent=False)
+    assert not forked
+    concurrent = plan_graph(g, workers, "tofu")
+    assert len(forked) == 1 and forked[0] is not None
+    assert [s.factor for s in concurrent.steps] == factors
+    assert plan_doc(concurrent) == plan_doc(sequential)
+
+
+@pytest.mark.parametrize("answer", [None, -1.0, float("inf")])
+def test_any_answer_of_the_fork_gives_the_sequential_plan(forked, monkeypatch, answer):
+    """No answer (the fork failed), a wrong low one (it claims to win) or a wrong high one for the recursion's
+    winner: a win is always searched again here, so only a claim to lose can skip it, and that skips a loser."""
+    g = graph("gpt-tiny", 64)
+    sequential = plan_graph(g, 4, "tofu", concurrent=False)
+    monkeypatch.setattr(algorithms._Ahead, "cost", lambda self, timeout_s: answer)
+    got = plan_graph(g, 4, "tofu")
+    if answer == float("inf"):       # a (false) claim to lose keeps the recursion's plan
+        assert [s.factor for s in got.steps] == [2, 2]
+    else:
+        assert plan_doc(got) == plan_doc(sequential)
+
+
+def test_a_fork_that_dies_is_searched_again_here(forked, monkeypatch):
+    parent = os.getpid()
+    search = algorithms.search
+
+    def dying(graph, order, *args, **kwargs):
+        if os.getpid() != parent:
+            os._exit(3)
+        return search(graph, order, *args, **kwargs)
+
+    monkeypatch.setattr(algorithms, "search", dying)
+    g = graph("gpt-tiny", 64)
+    got = plan_graph(g, 4, "tofu")
+    assert forked[0] is not None
+    assert plan_doc(got) == plan_doc(plan_graph(g, 4, "tofu", concurrent=False))
+    assert [s.factor for s in got.steps] == [4]
+
+
+def test_a_fork_that_hangs_is_killed_and_searched_again_here(forked, monkeypatch):
+    """A child stuck (say on a lock another thread held at fork) never hangs the planner: past the wait it is
+    killed and the cut is searched here."""
+    import time
+
+    parent = os.getpid()
+    search = algorithms.search
+
+    def hanging(graph, order, *args, **kwargs):
+        if os.getpid() != parent:
+            time.sleep(600)
+        return search(graph, order, *args, **kwargs)
+
+    monkeypatch.setattr(algorithms, "search", hanging)
+    cost = algorithms._Ahead.cost
+    monkeypatch.setattr(algorithms._Ahead, "cost", lambda self, timeout_s: cost(self, 0.5))
+    g = graph("gpt-tiny", 64)
+    t0 = time.monotonic()
+    got = plan_graph(g, 4, "tofu")
+    assert time.monotonic() - t0 < 60
+    assert plan_doc(got) == plan_doc(plan_graph(g, 4, "tofu", concurrent=False))
+    with pytest.raises(ChildProcessError):        # reaped: no process left behind
+        os.waitpid(forked[0]._pid, os.WNOHANG)
+
+
+def test_when_every_order_fails_concurrently_the_first_reason_is_raised(forked):
+    fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc")
+    g = import_symbol(mx.sym.SoftmaxOutput(fc, name="softmax"), {"data": (2, 3)})    # 2 x 3 on 8 workers
+    with pytest.raises(SearchError) as sequential:
+        plan_graph(g, 8, "tofu", concurrent=False)
+    with pytest.raises(SearchError) as concurrent:
+        plan_graph(g, 8, "tofu")
+    assert str(concurrent.value) == str(sequential.value)
+    assert "\n" not in str(concurrent.value)
+
+
+def test_only_tofu_forks(forked):
+    g = graph("mlp")
+    for algo in ("tofu-recursive", "dp-flat", "data-parallel"):
+        plan_graph(g, 8, algo)
+    plan_graph(g, 2, "tofu")          # one order only: nothing to run beside it
+    assert not forked
+
+
+def test_small_graphs_never_fork():
+    assert not algorithms._fork_pays(graph("mlp"))
