@@ -71,16 +71,21 @@ def test_any_answer_of_the_fork_gives_the_sequential_plan(forked, monkeypatch, a
         assert plan_doc(got) == plan_doc(sequential)
 
 
-def test_a_fork_that_dies_is_searched_again_here(forked, monkeypatch):
+def in_the_child(monkeypatch, misbehave) -> None:
+    """Makes the forked child call ``misbehave()`` instead of searching; the parent searches as before."""
     parent = os.getpid()
     search = algorithms.search
 
-    def dying(graph, order, *args, **kwargs):
+    def patched(graph, order, *args, **kwargs):
         if os.getpid() != parent:
-            os._exit(3)
+            misbehave()
         return search(graph, order, *args, **kwargs)
 
-    monkeypatch.setattr(algorithms, "search", dying)
+    monkeypatch.setattr(algorithms, "search", patched)
+
+
+def test_a_fork_that_dies_is_searched_again_here(forked, monkeypatch):
+    in_the_child(monkeypatch, lambda: os._exit(3))
     g = graph("gpt-tiny", 64)
     got = plan_graph(g, 4, "tofu")
     assert forked[0] is not None
@@ -93,15 +98,7 @@ def test_a_fork_that_hangs_is_killed_and_searched_again_here(forked, monkeypatch
     killed and the cut is searched here."""
     import time
 
-    parent = os.getpid()
-    search = algorithms.search
-
-    def hanging(graph, order, *args, **kwargs):
-        if os.getpid() != parent:
-            time.sleep(600)
-        return search(graph, order, *args, **kwargs)
-
-    monkeypatch.setattr(algorithms, "search", hanging)
+    in_the_child(monkeypatch, lambda: time.sleep(600))
     cost = algorithms._Ahead.cost
     monkeypatch.setattr(algorithms._Ahead, "cost", lambda self, timeout_s: cost(self, 0.5))
     g = graph("gpt-tiny", 64)
