@@ -33,6 +33,13 @@ def write_sidecar(csv_path: Path, args: Mapping, **extra) -> Path:
     return path
 
 
+def write_simulated_sidecar(csv_path: Path, args: Mapping, prof) -> Path:
+    """:func:`write_sidecar` of a simulated run: the hardware profile it ran on, ``simulated`` true."""
+    return write_sidecar(csv_path, args, profile={"name": prof.name, "devices": prof.devices,
+                                                  "memory_bytes": prof.memory_bytes, "source": prof.source},
+                         simulated=True)
+
+
 class RowWriter:
     """Appends one CSV row per finished case, flushing each, so an interrupted run keeps what it measured."""
 

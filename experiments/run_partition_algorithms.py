@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.common import RowWriter, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, write_simulated_sidecar  # noqa: E402
 from tofu.api import load_graph  # noqa: E402
 from tofu.errors import TofuError  # noqa: E402
 from tofu.models import ModelOptions  # noqa: E402
@@ -82,9 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     overlap = Overlap(args.overlap)
     out = args.out_dir / f"{args.tag}.csv"
     writer = RowWriter(out, COLUMNS)
-    write_sidecar(out, vars(args), profile={"name": prof.name, "devices": prof.devices,
-                                            "memory_bytes": prof.memory_bytes, "source": prof.source},
-                  simulated=True)
+    write_simulated_sidecar(out, vars(args), prof)
     try:
         for model, batch in cases.items():
             graph = load_graph(model, ModelOptions(batch=batch))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.common import RowWriter, ideal_batch, model_builder, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, ideal_batch, model_builder, write_simulated_sidecar  # noqa: E402
 from tofu.sim.baselines import tofu_fit  # noqa: E402
 from tofu.sim.cluster import ETHERNET_GBITS, GBIT, simulate_cluster  # noqa: E402
 from tofu.sim.glue import glue_from_plan  # noqa: E402
@@ -55,9 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     prof = profile(args.profile)
     out = args.out_dir / f"{args.tag}.csv"
     writer = RowWriter(out, COLUMNS)
-    write_sidecar(out, vars(args), profile={"name": prof.name, "devices": prof.devices,
-                                            "memory_bytes": prof.memory_bytes, "source": prof.source},
-                  simulated=True)
+    write_simulated_sidecar(out, vars(args), prof)
     try:
         for model in models:
             t0 = time.perf_counter()

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.common import RowWriter, ideal_batch, model_builder, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, ideal_batch, model_builder, write_simulated_sidecar  # noqa: E402
 from tofu.errors import TofuError  # noqa: E402
 from tofu.models import PAPER_MODELS  # noqa: E402
 from tofu.sim import baselines  # noqa: E402
@@ -79,9 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     overlap = Overlap(args.overlap)
     out = args.out_dir / f"{args.tag}.csv"
     writer = RowWriter(out, COLUMNS)
-    write_sidecar(out, vars(args), profile={"name": prof.name, "devices": prof.devices,
-                                            "memory_bytes": prof.memory_bytes, "source": prof.source},
-                  simulated=True)
+    write_simulated_sidecar(out, vars(args), prof)
     try:
         for i, model in enumerate(models, 1):
             try:
