@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from tofu.graph.ir import Graph, Role
-from tofu.runtime.data import CheckpointError, load_checkpoint, plan_path
+from tofu.runtime.data import CheckpointError, checkpoint_arrays, load_checkpoint, plan_path
 
 
 @dataclass(frozen=True)
@@ -66,14 +66,11 @@ def save_training_state(path: str | Path, graph: Graph, state: TrainingState, pl
     path = Path(path)
     if not path.parent.is_dir():
         raise CheckpointError(f"cannot write checkpoint '{path}': no directory '{path.parent}'")
-    arrays = {}
-    for t in graph.tensors:
-        if t.producer is None and t.role in (Role.PARAM, Role.AUX):
-            prefix = "arg" if t.role is Role.PARAM else "aux"
-            arrays[f"{prefix}:{t.name}"] = mx.nd.array(state.values[t.name], dtype=t.dtype)
-            if t.role is Role.PARAM:      # a parameter the graph never updates has no momentum: zeros
-                mom = state.momentum.get(t.name)
-                arrays[f"mom:{t.name}"] = mx.nd.array(np.zeros(t.shape) if mom is None else mom, dtype=t.dtype)
+    arrays = checkpoint_arrays(graph, state.values)
+    for t in graph.by_role(Role.PARAM):
+        if t.producer is None:          # a parameter the graph never updates has no momentum: zeros
+            mom = state.momentum.get(t.name)
+            arrays[f"mom:{t.name}"] = mx.nd.array(np.zeros(t.shape) if mom is None else mom, dtype=t.dtype)
     arrays["tofu:step"] = mx.nd.array([state.step], dtype=np.int64)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

@@ -102,17 +102,21 @@ def save_checkpoint(path: str | Path, graph: Graph, values: Mapping[str, np.ndar
     path = Path(path)
     if not path.parent.is_dir():
         raise CheckpointError(f"cannot write checkpoint '{path}': no directory '{path.parent}'")
-    arrays = {}
-    for t in graph.tensors:
-        if t.producer is None and t.role in (Role.PARAM, Role.AUX):
-            prefix = "arg" if t.role is Role.PARAM else "aux"
-            arrays[f"{prefix}:{t.name}"] = mx.nd.array(values[t.name], dtype=t.dtype)
+    arrays = checkpoint_arrays(graph, values)
     try:
         mx.nd.save(str(path), arrays)
         if plan is not None:
             plan.save(plan_path(path))
     except (OSError, mx.base.MXNetError) as e:
         raise CheckpointError(f"cannot write checkpoint '{path}': {str(e).splitlines()[0]}") from None
+
+
+def checkpoint_arrays(graph: Graph, values: Mapping[str, np.ndarray]) -> dict:
+    """Every parameter and auxiliary state of ``graph`` as MXNet arrays under ``arg:NAME`` / ``aux:NAME``."""
+    import mxnet as mx
+
+    return {f"{'arg' if t.role is Role.PARAM else 'aux'}:{t.name}": mx.nd.array(values[t.name], dtype=t.dtype)
+            for t in graph.tensors if t.producer is None and t.role in (Role.PARAM, Role.AUX)}
 
 
 def plan_path(path: str | Path) -> Path:
