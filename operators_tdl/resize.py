@@ -101,6 +101,20 @@ def _taps(y: Var, n_in: int, n_out: int, align_corners: bool, single_at_zero: bo
     return [(num // den, 1.0 - frac), ((num + den - 1) // den, frac)]
 
 
+def _bilinear(read: Callable[[IndexExpr, IndexExpr], ValueExpr], y: Var, x: Var, in_hw: tuple[int, int],
+              out_hw: tuple[int, int], align_corners: bool, single_at_zero: bool = True) -> ValueExpr:
+    """sum_{a, b} wy_a(y) wx_b(x) read(iy_a(y), ix_b(x)) over the taps of ``y`` (rows) and ``x`` (columns):
+    ``read(row, column)`` reads the input at those spatial indices, so the layout stays with the caller."""
+    total = None
+    for iy, wy in _taps(y, in_hw[0], out_hw[0], align_corners, single_at_zero):
+        for ix, wx in _taps(x, in_hw[1], out_hw[1], align_corners, single_at_zero):
+            term = read(iy, ix)
+            for weight in (wy, wx):
+                term = term if weight is None else weight * term
+            total = term if total is None else total + term
+    return total
+
+
 @tdl_op("_contrib_BilinearResize2D", inputs=("data", "like?"), attrs=BilinearResize2DAttrs, cases=[
     # aligned corners: rows up by 3 (src = y / 3), columns down by 2 (src = 2 x, one tap)
     Case(shapes=((1, 4, 6, 7),), attrs={"height": 16, "width": 4}),
@@ -120,18 +134,9 @@ def bilinear_resize_2d(data: TensorVar, like: TensorVar | None, attrs: BilinearR
         raise TDLError(f"_contrib_BilinearResize2D: mode '{attrs.mode}' is not described ({', '.join(_RESIZE_MODES)})")
     if data.ndim != 4:
         raise TDLError(f"_contrib_BilinearResize2D: data of rank {data.ndim}; MXNet resizes NCHW")
-    (_, _, height, width), (_, _, out_height, out_width) = data.shape, out_shapes[0]
-
-    def out(n: Var, c: Var, y: Var, x: Var) -> ValueExpr:
-        total = None
-        for iy, wy in _taps(y, height, out_height, attrs.align_corners):
-            for ix, wx in _taps(x, width, out_width, attrs.align_corners):
-                term = data.at((n, c, iy, ix), fill=0.0)
-                for weight in (wy, wx):
-                    term = term if weight is None else weight * term
-                total = term if total is None else total + term
-        return total
-    return out
+    in_hw, out_hw = data.shape[2:], out_shapes[0][2:]
+    return lambda n, c, y, x: _bilinear(lambda iy, ix: data.at((n, c, iy, ix), fill=0.0), y, x, in_hw, out_hw,
+                                        attrs.align_corners)
 
 
 @dataclass(frozen=True)
@@ -279,18 +284,12 @@ def image_resize(data: TensorVar, attrs: ImageResizeAttrs, *, out_shapes: Sequen
                        f"nearest, cubic and area rules are not)")
     if data.ndim not in (3, 4):
         raise TDLError(f"_image_resize: data of rank {data.ndim}; MXNet resizes HWC or NHWC")
-    (height, width), (out_height, out_width) = data.shape[-3:-1], out_shapes[0][-3:-1]
+    in_hw, out_hw = data.shape[-3:-1], out_shapes[0][-3:-1]
 
     def out(*o: Var) -> ValueExpr:
         *batch, y, x, c = o
-        total = None
-        for iy, wy in _taps(y, height, out_height, False, single_at_zero=False):
-            for ix, wx in _taps(x, width, out_width, False, single_at_zero=False):
-                term = data.at((*batch, iy, ix, c), fill=0.0)
-                for weight in (wy, wx):
-                    term = term if weight is None else weight * term
-                total = term if total is None else total + term
-        return total
+        return _bilinear(lambda iy, ix: data.at((*batch, iy, ix, c), fill=0.0), y, x, in_hw, out_hw, False,
+                         single_at_zero=False)
     return out
 
 
