@@ -85,11 +85,12 @@ def load_plan(graph: Graph, workers: int, algo: str = "tofu", path: str | None =
     return replay(graph, plan)
 
 
-def partitioned(graph: Graph, plan):
-    """The partitioned forward MXNet symbol of ``graph`` under ``plan`` (stage 4)."""
+def partitioned(graph: Graph, plan, machine_sync: frozenset[str] = frozenset()):
+    """The partitioned forward MXNet symbol of ``graph`` under ``plan`` (stage 4); ``machine_sync``: the ops
+    whose statistics are averaged over the machines of a hybrid run."""
     from tofu.rewrite import apply_plan
 
-    return apply_plan(graph, plan)
+    return apply_plan(graph, plan, machine_sync)
 
 
 def reference_symbol(graph: Graph):

@@ -369,9 +369,10 @@ def cmd_plan(args) -> int:
              f"{plan.model}, {plan.workers} workers")
     inter = None
     if global_batch is not None:
-        from tofu.runtime.distributed import predicted_kvstore_bytes
+        from tofu.runtime.distributed import inter_machine_bytes
 
-        inter = predicted_kvstore_bytes(graph)
+        inter = inter_machine_bytes(graph, plan, _graph(argparse.Namespace(**{**vars(args), "batch": global_batch})),
+                                    args.machines)
     if args.json:
         doc = plan.to_json()
         if not args.steps:
@@ -388,7 +389,8 @@ def cmd_plan(args) -> int:
     if inter is not None:
         print(f"{args.machines} machines, global batch {global_batch} ({args.batch} per machine): per iteration, "
               f"intra-machine {_gb(plan.comm_bytes)} on each machine (the plan's), inter-machine {_gb(2 * inter)} "
-              f"per machine through the kvstore ({_gb(inter)} of gradient shards pushed, {_gb(inter)} pulled)")
+              f"per machine through the kvstore ({_gb(inter)} of gradient shards and statistics pushed, {_gb(inter)} "
+              f"pulled)")
     return 0
 
 

@@ -3,9 +3,8 @@ each running the Tofu-partitioned graph on half of the global batch, equal one d
 bytes handed to the kvstore are the plan's parameter shards; a failing worker brings the whole run down quickly,
 leaving no process behind.
 
-``wresnet-tiny``'s BatchNorm normalises by each machine's batch statistics, which differ from the global batch's
-unless they are exchanged mid-forward (synchronised BatchNorm), which this runtime does not do: it is checked
-against the machines' partitioned graphs trained side by side in one process, gradients summed without a kvstore.
+``wresnet-tiny``'s BatchNorm statistics are averaged over the machines mid-pass (synchronised BatchNorm,
+tofu/rewrite/machines.py), so it equals one device on the global batch too.
 """
 import os
 import sys
@@ -17,11 +16,12 @@ import pytest
 
 from tofu.api import load_graph, load_plan, partitioned, reference_symbol
 from tofu.graph import import_symbol
+from tofu.errors import RewriteError
 from tofu.graph.ir import Role
 from tofu.models import ModelOptions
 from tofu.runtime.data import initial_values, loss, synthetic_batch
-from tofu.runtime.distributed import (DistributedError, gradient_scale, machine_batch, machine_rows,
-                                      train_hybrid)
+from tofu.runtime.distributed import (DistributedError, gradient_scale, inter_machine_bytes, machine_rows,
+                                      machine_statistics, train_hybrid)
 from tofu.runtime.launch import LaunchError, launch_local
 from tofu.runtime.train import Trainer, whole_graph
 
@@ -30,11 +30,11 @@ BATCH = {"mlp": 24, "rnn-tiny": 8, "wresnet-tiny": 32}     # global batch
 LR, STEPS, TOL = 0.05, 10, 1e-4
 
 
-def _one_device(model, batch, steps=STEPS):
+def _one_device(model, batch, steps=STEPS, lr=LR):
     """Losses and final parameters of ``steps`` steps on one device, the whole batch (the existing Trainer)."""
     graph = load_graph(model, ModelOptions(batch=batch))
     data = synthetic_batch(graph)
-    trainer = Trainer(whole_graph(graph, reference_symbol(graph)), {**initial_values(graph), **data}, lr=LR)
+    trainer = Trainer(whole_graph(graph, reference_symbol(graph)), {**initial_values(graph), **data}, lr=lr)
     losses = [loss(graph, trainer.step(), data) for _ in range(steps)]
     return losses, trainer.parameters()
 
@@ -58,48 +58,66 @@ def test_two_machines_equal_one_device(model, workers, tmp_path):
     assert all(m.pushed_bytes == m.pulled_bytes for m in report.machines)
 
 
-def _per_machine_in_process(model, batch, machines, plan_path, lr, steps=STEPS):
-    """Losses per machine and final parameters of ``machines`` in-process trainers of the same partitioned graph
-    (no kvstore, no other process), each on its machine's rows (BatchNorm on that machine's statistics): at every
-    step their gradients are summed and each makes the same SGD-momentum update."""
-    whole = load_graph(model, ModelOptions(batch=batch))
-    data = synthetic_batch(whole)
-    graph = load_graph(model, ModelOptions(batch=batch // machines))
-    pg = partitioned(graph, load_plan(graph, WORKERS, "tofu", str(plan_path)))
-    rows = [machine_batch(data, machines, m) for m in range(machines)]
-    trainers = [Trainer(pg, {**initial_values(whole), **r}, lr=lr) for r in rows]
-    names, scale = [v.name for v in trainers[0].params], gradient_scale(graph, machines)
-    losses = []
-    for _ in range(steps):
-        losses.append([loss(graph, t.forward_backward(), r) for t, r in zip(trainers, rows)])
-        total = {n: sum(t.executor.grad_dict[n].asnumpy() for t in trainers) for n in names}
-        for t in trainers:
-            for n in names:
-                w = t.executor.arg_dict[n]
-                mx.nd.sgd_mom_update(w, mx.nd.array(total[n], ctx=w.context), t.moms[n], lr=lr,
-                                     momentum=t.momentum, rescale_grad=scale, out=w)
-    return np.array(losses), trainers[0].parameters()
+BN_LR = 0.001     # wresnet-tiny: see test_batchnorm_model_equals_one_device
 
 
-def test_batchnorm_model_equals_the_machines_trained_in_one_process(tmp_path):
-    """wresnet-tiny on 2 machines: each machine's BatchNorm uses its own rows' statistics, so the reference is
-    the machines' partitioned graphs trained side by side in this process, gradients summed without a kvstore.
-    (Against unpartitioned executors per machine the first three steps agree and the next drift apart, from
-    2.6e-5 at step 4: this small network's training is chaotic at these gradients, and the expansion's BatchNorm
-    arithmetic differs from the fused kernel's in the last bits.)"""
-    model, batch, lr = "wresnet-tiny", BATCH["wresnet-tiny"], 0.002
-    report = train_hybrid(model, batch, MACHINES, WORKERS, tmp_path, steps=STEPS, lr=lr, timeout_s=120)
-    losses, params = _per_machine_in_process(model, batch, MACHINES, tmp_path / "plan.json", lr)
-    for m, machine in enumerate(sorted(report.machines, key=lambda r: r.machine)):
-        np.testing.assert_allclose(machine.losses, losses[:, m], rtol=1e-5)
-    assert losses[-1].mean() < losses[0].mean()
+def test_batchnorm_model_equals_one_device(tmp_path):
+    """wresnet-tiny on 2 machines x 2 contexts: every BatchNorm's statistics are averaged over the machines
+    mid-pass (through the kvstore, forward and backward), so ten steps equal one device on the global batch;
+    the kvstore carries the parameter shards and those statistics, as predicted from the plan.
+
+    The learning rate is small because this network's trajectory is chaotic once float32 rounding carries an
+    activation across a ReLU or max-pooling kink: the single-machine partitioned graph parts from one device
+    by ~2e-3 in the loss after ten steps at lr 0.0005 and 0.002 too (``tofu run wresnet-tiny --workers 4
+    --batch 32 --check --lr ...``; tests/runtime/test_train.py, KINKED); the first steps agree to 1e-6 at
+    every rate."""
+    model, batch = "wresnet-tiny", BATCH["wresnet-tiny"]
+    report = train_hybrid(model, batch, MACHINES, WORKERS, tmp_path, steps=STEPS, lr=BN_LR, timeout_s=200)
+    losses, params = _one_device(model, batch, lr=BN_LR)
+    np.testing.assert_allclose(report.losses, losses, rtol=TOL)
+    assert report.losses[-1] < report.losses[0]
     scale = max(float(np.abs(v).max()) for v in params.values())
     for name, value in params.items():
-        np.testing.assert_allclose(report.final_values[name], value, rtol=1e-5, atol=1e-5 * scale, err_msg=name)
-    assert report.measured_bytes == report.predicted_bytes
-    # and it is not one device on the global batch: the machines' statistics differ from the batch's
-    global_losses, _ = _one_device(model, batch)
-    assert abs(report.losses[0] - global_losses[0]) > 1e2 * TOL
+        np.testing.assert_allclose(report.final_values[name], value, rtol=TOL, atol=TOL * scale, err_msg=name)
+    assert report.replica_max_abs_diff == 0.0
+    _assert_statistics_bytes(model, batch, report, tmp_path / "plan.json")
+
+
+@pytest.mark.slow
+def test_batchnorm_model_on_two_machines_of_four_contexts(tmp_path):
+    """2 x 4: the forward pass and the first update equal one device to 1e-4. Over ten steps (per-device batch
+    4) this run parts from one device as one machine's 8-way partitioned graph does on the same global batch,
+    a kink crossed (measured: 3.0e-2 of the largest parameter for both, `tofu run wresnet-tiny --workers 8
+    --batch 32 --lr 0.001 --check`); the bound is that of kinked models, wrong partitioning showing up as errors
+    of order one (tests/runtime/test_train.py, KINKED)."""
+    model, batch = "wresnet-tiny", BATCH["wresnet-tiny"]
+    report = train_hybrid(model, batch, MACHINES, 4, tmp_path, steps=STEPS, lr=BN_LR, timeout_s=300)
+    losses, params = _one_device(model, batch, lr=BN_LR)
+    np.testing.assert_allclose(report.losses[:2], losses[:2], rtol=TOL)
+    np.testing.assert_allclose(report.losses, losses, rtol=3e-2)
+    scale = max(float(np.abs(v).max()) for v in params.values())
+    assert max(float(np.abs(report.final_values[n] - v).max()) for n, v in params.items()) <= 5e-2 * scale
+    _assert_statistics_bytes(model, batch, report, tmp_path / "plan.json")
+
+
+def _assert_statistics_bytes(model, batch, report, plan_path):
+    """Measured = predicted = parameters + every averaged statistic (each BatchNorm's sum and sum of squares on
+    every device, once forward and once backward, each way)."""
+    whole = load_graph(model, ModelOptions(batch=batch))
+    graph = load_graph(model, ModelOptions(batch=batch // MACHINES))
+    plan = load_plan(graph, report.machines[0].workers, "tofu", str(plan_path))
+    sync = machine_statistics(whole, MACHINES)
+    assert sync == {n.name for n in whole.nodes if n.op == "BatchNorm"}
+    stats = partitioned(graph, plan, sync).machine_stats
+    assert {s.key.split("#")[0] for s in stats} == sync
+    assert report.measured_bytes == report.predicted_bytes == 2 * inter_machine_bytes(graph, plan, whole, MACHINES)
+    assert report.predicted_bytes == 2 * (graph.param_bytes + sum(2 * s.nbytes for s in stats if s.backward)
+                                          + sum(s.nbytes for s in stats if not s.backward))
+
+
+def test_models_without_batch_statistics_average_nothing():
+    for model in ("mlp", "rnn-tiny"):
+        assert machine_statistics(load_graph(model, ModelOptions(batch=BATCH[model])), MACHINES) == frozenset()
 
 
 @pytest.mark.parametrize("normalization,scale", [("null", 1.0), ("batch", 0.5), ("valid", 0.5)])
@@ -193,3 +211,10 @@ def test_a_hanging_run_times_out_and_stops_every_process(tmp_path):
                      timeout_s=3)
     assert time.monotonic() - start < 15
     _assert_all_gone(caught.value)
+
+
+def test_averaging_an_op_the_model_lacks_is_a_one_line_error():
+    graph = load_graph("mlp", ModelOptions(batch=BATCH["mlp"]))
+    plan = load_plan(graph, WORKERS, "tofu")
+    with pytest.raises(RewriteError, match="model 'mlp' has no op 'bn9' to average over machines"):
+        partitioned(graph, plan, frozenset({"bn9"}))

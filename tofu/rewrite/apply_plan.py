@@ -33,6 +33,7 @@ from tofu.analysis.views import NodeView
 from tofu.errors import RewriteError, TofuError
 from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
 from tofu.rewrite.comm import Fabric, Held, box_shape, intersect, scope
+from tofu.rewrite.machines import MachineStat, machine_mean
 from tofu.search.plan import Plan
 from tofu.tdl.describe import typed_attrs
 
@@ -68,19 +69,27 @@ class PartitionedGraph:
     workers: int
     variables: tuple[ShardVar, ...]
     heads: tuple[HeadPiece, ...]
+    machine_stats: tuple[MachineStat, ...] = ()     # statistics averaged over machines (hybrid training)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {v.name: v.shape for v in self.variables}
 
 
-def apply_plan(graph: Graph, plan: Plan) -> PartitionedGraph:
+def apply_plan(graph: Graph, plan: Plan, machine_sync: frozenset[str] = frozenset()) -> PartitionedGraph:
     """The partitioned forward symbol of ``graph`` under ``plan``.
+
+    ``machine_sync`` names the ops whose statistics are averaged over the machines of a hybrid run (one machine
+    of several each training ``graph`` on its share of the global batch; :mod:`tofu.rewrite.machines`): each
+    runs its expansion on every device, whatever the plan chose, every exchanged statistic then averaged.
 
     Raises:
         RewriteError: the plan does not fit the graph, or an op's shard cannot be built.
     """
+    unknown = sorted(set(machine_sync) - {n.name for n in graph.nodes})
+    if unknown:
+        raise RewriteError(f"model '{graph.name}' has no op '{unknown[0]}' to average over machines")
     try:
-        return _Rewriter(graph, plan).run()
+        return _Rewriter(graph, plan, frozenset(machine_sync)).run()
     except RewriteError:
         raise
     except TofuError as e:
@@ -88,8 +97,9 @@ def apply_plan(graph: Graph, plan: Plan) -> PartitionedGraph:
 
 
 class _Rewriter:
-    def __init__(self, graph: Graph, plan: Plan):
-        self.graph = graph
+    def __init__(self, graph: Graph, plan: Plan, machine_sync: frozenset[str] = frozenset()):
+        self.graph, self.machine_sync = graph, machine_sync
+        self.machine_stats: list[MachineStat] = []
         self.factors = tuple(s.factor for s in plan.steps)
         self.k = math.prod(self.factors)
         if self.k != plan.workers:
@@ -134,7 +144,8 @@ class _Rewriter:
                     outputs.append(h.symbol)
         symbol = _place_ungrouped(mx.sym.Group(outputs))
         used = set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
-        return PartitionedGraph(symbol, self.k, tuple(v for v in self.variables if v.name in used), tuple(heads))
+        return PartitionedGraph(symbol, self.k, tuple(v for v in self.variables if v.name in used), tuple(heads),
+                                tuple(self.machine_stats))
 
     # ------------------------------------------------------------------------------------------ variables
     def _var(self, t: int, w: int, box: Box):
@@ -189,7 +200,7 @@ class _Rewriter:
             calls = compose(view, self.choices[node.id], self.factors)
         except TofuError as e:
             raise RewriteError(f"node '{node.name}' ({node.op}): {e}") from None
-        if any(c.expansion for c in calls):
+        if any(c.expansion for c in calls) or node.name in self.machine_sync:
             results = self._expansion(node, view, calls)
         else:
             results = []
@@ -234,6 +245,8 @@ class _Rewriter:
         steps = calls[0].exchange_steps
         if any(c.exchange_steps != steps for c in calls):
             raise RewriteError(f"node '{node.name}': workers differ in the steps that exchange statistics")
+        if any(c.keep is not None or c.scale != 1.0 for c in calls):      # a kernel's form, forced (machine_sync)
+            raise RewriteError(f"node '{node.name}' ({node.op}): its shards cannot run its expansion")
         attrs = typed_attrs(type(view.describe().attrs), calls[0].attrs, node.op)
         groups: dict[tuple, list] = {}
         for c in calls:
@@ -245,11 +258,33 @@ class _Rewriter:
             pieces = [self._inputs(node, c) for c in members]
             shapes = [[box_shape(p.box) for p in c.inputs] for c in members]
             outs = expand(pieces, shapes, attrs,
-                          lambda parts, reducer="sum", d=devices: self.fabric.allreduce(parts, d, reducer,
-                                                                                        self._shape(parts[0])))
+                          lambda parts, reducer="sum", d=devices: self._allreduce(node, parts, d, reducer))
             for c, out in zip(members, outs):
                 results[c.worker] = list(out)
         return [results[c.worker] for c in calls]
+
+
+    def _allreduce(self, node: Node, parts: list, devices: list[int], reducer: str) -> list:
+        """Every device's copy of the ``reducer`` of a statistic's parts over ``devices``, then, for an op
+        synchronised over machines, the mean of each copy over the machines."""
+        out = self.fabric.allreduce(parts, devices, reducer, self._shape(parts[0])) if len(devices) > 1 \
+            else list(parts)
+        if node.name not in self.machine_sync:
+            return out
+        if reducer != "sum":
+            raise RewriteError(f"node '{node.name}' ({node.op}): a '{reducer}' statistic cannot be averaged "
+                               f"over machines")
+        params = {v.name for v in self.variables if v.role is Role.PARAM}
+        synced = []
+        for dev, x in zip(devices, out):
+            shape = self._shape(x)
+            if shape is None:
+                raise RewriteError(f"node '{node.name}': the shape of a statistic is unknown")
+            key = f"{node.name}#{sum(s.key.startswith(node.name + '#') for s in self.machine_stats)}@dev{dev}"
+            self.machine_stats.append(MachineStat(key, shape, bool(params & set(x.list_arguments()))))
+            with scope(dev):
+                synced.append(machine_mean(x, key))
+        return synced
 
 
 def _kept(outputs: list, call, name: str) -> list:

@@ -67,7 +67,8 @@ def run_machine(model: str, global_batch: int | ModelOptions, workers: int, out_
     from tofu.runtime.checkpoint import load_training_state, save_training_state, trainer_state
     from tofu.runtime.data import initial_values, load_checkpoint, loss, save_checkpoint, synthetic_batch
     from tofu.runtime.distributed import (KVStoreTrainer, MachineReport, final_values, gradient_scale,
-                                          machine_batch, machine_rows, predicted_kvstore_bytes)
+                                          machine_batch, machine_rows, machine_statistics,
+                                          predicted_kvstore_bytes)
 
     opts = options or MachineOptions(steps, lr, momentum, seed)
     model_options = global_batch if isinstance(global_batch, ModelOptions) else ModelOptions(batch=global_batch)
@@ -87,8 +88,9 @@ def run_machine(model: str, global_batch: int | ModelOptions, workers: int, out_
     else:
         values = initial_values(whole, opts.seed)
     batch = machine_batch(synthetic_batch(whole, opts.seed + 1), machines, machine)
-    trainer = KVStoreTrainer(partitioned(graph, plan), {**values, **batch}, kv, gradient_scale(graph, machines),
-                             ctx=opts.ctx, lr=opts.lr, momentum=opts.momentum)
+    pg = partitioned(graph, plan, machine_statistics(whole, machines))
+    trainer = KVStoreTrainer(pg, {**values, **batch}, kv, gradient_scale(graph, machines), ctx=opts.ctx,
+                             lr=opts.lr, momentum=opts.momentum)
     if momenta is not None:
         trainer.load_momentum(momenta)
     losses = []
@@ -103,7 +105,7 @@ def run_machine(model: str, global_batch: int | ModelOptions, workers: int, out_
             os.kill(os.getpid(), signal.SIGKILL)
     report = MachineReport(graph.name, machine, machines, workers, plan.algo, global_batch, tuple(losses),
                            tuple(trainer.step_seconds), tuple(trainer.pushed_bytes), tuple(trainer.pulled_bytes),
-                           predicted_kvstore_bytes(graph), done)
+                           predicted_kvstore_bytes(graph, pg), done)
     out = Path(out_dir)
     final = final_values(whole, values, trainer)
     params = out / f"machine{machine}.params"

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ import numpy as np
 from tofu.errors import TofuError
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.rewrite.apply_plan import PartitionedGraph
+from tofu.rewrite.machines import backward_key, join_machines
 from tofu.runtime.train import Trainer, quiet
 
 
@@ -94,30 +96,80 @@ def gradient_scale(graph: Graph, machines: int) -> float:
     return scale
 
 
-def predicted_kvstore_bytes(graph: Graph) -> int:
-    """Bytes one machine pushes per iteration, and pulls: every device's parameter shards, each once.
+def predicted_kvstore_bytes(graph: Graph, pg: PartitionedGraph | None = None) -> int:
+    """Bytes one machine pushes per iteration, and pulls: every device's parameter shards, each once, and every
+    statistic averaged over the machines (``pg.machine_stats``), once forward and once backward when MXNet runs
+    its backward pass.
 
     A plan partitions every parameter evenly over the devices, each element in exactly one shard (DESIGN.md,
     section 2), so the shards of all devices add up to the model's parameters. (``plan.per_device_bytes``
     gives the largest device's share: k times it is an upper bound, exact only when the shards are equal.)
     """
-    return graph.param_bytes
+    stats = pg.machine_stats if pg is not None else ()
+    return graph.param_bytes + sum(s.nbytes * (2 if s.backward else 1) for s in stats)
+
+
+def inter_machine_bytes(graph: Graph, plan, whole: Graph, machines: int) -> int:
+    """:func:`predicted_kvstore_bytes` of one of ``machines`` training ``graph`` (its share of the batch of
+    ``whole``) under ``plan``: the partitioned graph is built only when some statistic is averaged."""
+    from tofu.api import partitioned
+
+    sync = machine_statistics(whole, machines)
+    return predicted_kvstore_bytes(graph, partitioned(graph, plan, sync) if sync else None)
+
+
+def machine_statistics(whole: Graph, machines: int) -> frozenset[str]:
+    """The ops of ``whole`` (the model at the global batch) whose statistics must be averaged over ``machines``
+    that each train an equal share of the batch: those whose split of the batch exchanges statistics
+    (BatchNorm in training mode), as the ``data-parallel`` plan over the machines runs them.
+
+    Raises:
+        TofuError: the model cannot be planned data-parallel over the machines.
+    """
+    from tofu.analysis.compose import compose
+    from tofu.analysis.views import NodeView
+    from tofu.search.algorithms import plan_graph
+
+    if machines == 1:
+        return frozenset()
+    step = plan_graph(whole, machines, "data-parallel").steps[0]
+    choices = dict(step.op_choices)
+    return frozenset(n.name for n in whole.nodes
+                     if any(c.expansion for c in compose(NodeView.of(whole, n), (choices[n.name],), (machines,))))
 
 
 class KVStoreTrainer(Trainer):
     """A :class:`Trainer` whose parameter gradients are summed over the machines of a ``dist_sync`` kvstore
-    between the backward pass and the (local) SGD-momentum update."""
+    between the backward pass and the (local) SGD-momentum update; the statistics of ``pg.machine_stats`` are
+    summed through it mid-pass (synchronised BatchNorm, :mod:`tofu.rewrite.machines`)."""
 
     def __init__(self, pg: PartitionedGraph, values: Mapping[str, np.ndarray], kvstore, scale: float = 1.0,
                  ctx: str = "cpu", lr: float = 0.05, momentum: float = 0.9):
-        super().__init__(pg, values, ctx, lr, momentum)
         self.kvstore, self.scale = kvstore, scale
+        self._lock = threading.Lock()
+        self._stat_bytes = [0, 0]                   # pushed, pulled by the statistics since the last step
+        # the servers only ever hold sums: start every key at zero, the same on every machine (dist kvstore:
+        # rank 0 sends the value, every worker waits at a barrier); a statistic has a key per direction
+        stats = [(k, s.shape) for s in pg.machine_stats for k in (s.key, backward_key(s.key))]
+        if stats:
+            kvstore.init([k for k, _ in stats], [mx.nd.zeros(shape) for _, shape in stats])
+        join_machines(self._sum_over_machines, kvstore.num_workers)
+        super().__init__(pg, values, ctx, lr, momentum)
         self.keys = [v.name for v in self.params]
-        # the servers only ever hold sums of gradients: start every key at zero, the same on every machine
-        # (dist kvstore: rank 0 sends the value, every worker waits at a barrier)
         kvstore.init(self.keys, [mx.nd.zeros(v.shape) for v in self.params])
         self.pushed_bytes: list[int] = []
         self.pulled_bytes: list[int] = []
+
+    def _sum_over_machines(self, key: str, x):
+        """The sum of ``x`` over the machines (push, then pull into a new array); called by MXNet's custom-op
+        threads, one at a time."""
+        with self._lock:
+            total = mx.nd.zeros(x.shape, ctx=x.context, dtype=x.dtype)
+            self.kvstore.push(key, x)
+            self.kvstore.pull(key, out=total)
+            self._stat_bytes[0] += _nbytes([x])
+            self._stat_bytes[1] += _nbytes([total])
+            return total
 
     def step(self, batch: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """One step: forward, backward, push every gradient shard, pull the sums into them, update locally;
@@ -129,10 +181,13 @@ class KVStoreTrainer(Trainer):
         with quiet():
             outs = self.executor.forward(is_train=True)
             self.executor.backward()
+            if self.pg.machine_stats:
+                mx.nd.waitall()         # no statistic's push or pull (another thread's) overlaps the gradients'
             self.kvstore.push(self.keys, grads)
-            self.pushed_bytes.append(_nbytes(grads))
             self.kvstore.pull(self.keys, out=grads)
-            self.pulled_bytes.append(_nbytes(grads))
+            self.pushed_bytes.append(_nbytes(grads) + self._stat_bytes[0])
+            self.pulled_bytes.append(_nbytes(grads) + self._stat_bytes[1])
+            self._stat_bytes[:] = [0, 0]
             for v, g in zip(self.params, grads):
                 w = self.executor.arg_dict[v.name]
                 mx.nd.sgd_mom_update(w, g, self.moms[v.name], lr=self.lr, momentum=self.momentum,
@@ -299,6 +354,7 @@ def check_against_one_device(whole: Graph, report: HybridReport, start_values: M
     if start_momentum is not None:
         trainer.load_momentum(start_momentum)
     losses = tuple(loss(whole, trainer.step(), batch) for _ in range(steps.pop()))
-    final = final_values(whole, start_values, trainer)
+    # parameters only: a statistics exchange (synchronised BatchNorm) leaves the moving statistics as they were,
+    # as in single-machine runs (``tofu run --check``)
     return HybridCheck(max((abs(a - b) for a, b in zip(report.losses, losses)), default=0.0),
-                       max_rel_diff(report.final_values, final), losses)
+                       max_rel_diff(report.final_values, trainer.parameters()), losses)
