@@ -6,6 +6,7 @@ index of its own statistic, and the affine parameters at the index of the kept a
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -13,6 +14,9 @@ from dataclasses import dataclass
 from tofu.errors import TDLError
 from tofu.tdl.describe import Case, tdl_expansion, tdl_op
 from tofu.tdl.expr import Computed, IndexExpr, Sum, TensorVar, compute, rsqrt, sqrt, square, uses, nary
+
+
+_AFFINE = itertools.count()       # names of the zero statistics of batch_norm_exchange's affine kernels
 
 
 def _axis(op: str, axis: int, ndim: int) -> int:
@@ -88,9 +92,21 @@ def batch_norm(data: TensorVar, gamma: TensorVar, beta: TensorVar, moving_mean: 
 @tdl_expansion("BatchNorm")
 def batch_norm_exchange(pieces, shapes, attrs: BatchNormAttrs, allreduce):
     """BatchNorm on shards of any non-channel dimensions, with MXNet operators: each worker sums its shard
-    per channel, the sums are all-reduced into the batch mean, likewise the squared deviations into the
-    (biased) variance, and each worker normalizes its shard. MXNet derives the backward pass, which then
-    all-reduces the gradients of the statistics. The moving statistics (aux states) are not updated."""
+    per channel, the sums are all-reduced into the batch mean m, likewise the squared deviations into the
+    (biased) variance v, and each worker normalizes its shard. Two all-reduces of a statistic per channel
+    forward, two backward (MXNet's derived adjoints). The moving statistics (aux states) are not updated.
+
+    Built to keep no more than BatchNorm's fused kernel until the backward pass (its input x), and to need no
+    temporary workspace the size of x (the backward pass of a broadcast operator reduces into one):
+
+    * the normalization is the fused kernel itself, as the affine map y = a x + c, a = gamma / sqrt(v + eps),
+      c = beta - m a: run with ``use_global_stats`` on statistics of its own that stay 0 (auxiliary states that
+      MXNet's bind sets to zero and the kernel never updates there), with eps 1; its backward pass gives
+      dx = a dy, da and dc;
+    * each worker's part of the variance is, in value, its two-pass sum of (x - m)^2 (stable; no gradient) plus
+      t - t' with t = sum x^2 - 2 m' sum x (m' = m without gradient, t' = t without gradient: the value is 0),
+      so its gradient is dt/dx_i = 2 (x_i - m), the variance's own (the term through m vanishes: sum (x - m)
+      = 0), and the backward pass reads x, not the deviations."""
     import mxnet as mx
 
     ndim = len(shapes[0][0])
@@ -99,16 +115,23 @@ def batch_norm_exchange(pieces, shapes, attrs: BatchNormAttrs, allreduce):
     total = float(sum(math.prod(_without(s[0], axis)) for s in shapes))
     bshape = tuple(-1 if d == axis else 1 for d in range(ndim))
     as_b = lambda v: mx.sym.reshape(v, shape=bshape)
-    sums = allreduce([mx.sym.sum(p[0], axis=reduced) for p in pieces])
-    means = [s / total for s in sums]
-    squares = allreduce([mx.sym.sum(mx.sym.square(mx.sym.broadcast_sub(p[0], as_b(m))), axis=reduced)
-                         for p, m in zip(pieces, means)])
+    fixed = mx.sym.BlockGrad
+    local = [mx.sym.sum(p[0], axis=reduced) for p in pieces]
+    means = [s / total for s in allreduce(local)]
+    parts = []
+    for p, s, m in zip(pieces, local, means):
+        deviations = fixed(mx.sym.sum(mx.sym.square(mx.sym.broadcast_sub(p[0], as_b(fixed(m)))), axis=reduced))
+        t = mx.sym.sum(mx.sym.square(p[0]), axis=reduced) - 2 * fixed(m) * s
+        parts.append(deviations + (t - fixed(t)))
     outs = []
-    for p, m, sq in zip(pieces, means, squares):
+    for p, m, sq in zip(pieces, means, allreduce(parts)):
         inv_std = mx.sym.rsqrt(sq / total + attrs.eps)
-        scale = inv_std if attrs.fix_gamma else inv_std * p[1]
-        y = mx.sym.broadcast_add(mx.sym.broadcast_mul(mx.sym.broadcast_sub(p[0], as_b(m)), as_b(scale)),
-                                 as_b(p[2]))
+        a = inv_std if attrs.fix_gamma else inv_std * p[1]
+        # statistics 0 and 0 with eps 1: the kernel's (x - 0) / sqrt(0 + 1) * a + c
+        n = next(_AFFINE)
+        zero = [mx.sym.var(f"_bn_affine{n}_{s}", init=mx.init.Zero()) for s in ("mean", "var")]
+        y = mx.sym.BatchNorm(p[0], a, p[2] - m * a, *zero, eps=1.0, axis=axis, fix_gamma=False,
+                             use_global_stats=True)
         outs.append([y, m, inv_std])
     return outs
 

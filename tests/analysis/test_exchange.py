@@ -86,7 +86,10 @@ def test_batch_norm_expansion_matches_fused_kernel(var, k, fix_gamma):
     group = mx.sym.Group([o for worker in outs for o in worker])
     args = {n: mx.nd.array(v) for n, v in {**feed, "gamma": gamma, "beta": beta}.items()}
     grads = {n: mx.nd.zeros(v.shape) for n, v in args.items()}
-    exe = group.bind(mx.cpu(), args, args_grad=grads)
+    # the expansion's affine kernels read statistics of their own, which must be zero
+    _, _, aux_shapes = group.infer_shape(**{n: v.shape for n, v in args.items() if n in group.list_arguments()})
+    aux = {n: mx.nd.zeros(shape) for n, shape in zip(group.list_auxiliary_states(), aux_shapes)}
+    exe = group.bind(mx.cpu(), args, args_grad=grads, aux_states=aux)
     got = [o.asnumpy() for o in exe.forward(is_train=True)]
     per_worker = [got[3 * w:3 * w + 3] for w in range(k)]
 

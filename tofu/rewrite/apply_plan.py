@@ -281,10 +281,33 @@ class _Rewriter:
             if shape is None:
                 raise RewriteError(f"node '{node.name}': the shape of a statistic is unknown")
             key = f"{node.name}#{sum(s.key.startswith(node.name + '#') for s in self.machine_stats)}@dev{dev}"
-            self.machine_stats.append(MachineStat(key, shape, bool(params & set(x.list_arguments()))))
+            self.machine_stats.append(MachineStat(key, shape, _differentiable_in(x, params)))
             with scope(dev):
                 synced.append(machine_mean(x, key))
         return synced
+
+
+_NO_GRADIENT = {"BlockGrad", "stop_gradient", "zeros_like", "ones_like"}
+
+
+def _differentiable_in(symbol, params: set[str]) -> bool:
+    """Whether ``symbol`` depends on one of ``params`` through ops that pass gradients (MXNet then runs the
+    backward pass of what reads it)."""
+    doc = json.loads(symbol.tojson())
+    nodes, heads = doc["nodes"], doc["heads"]
+    stack, seen = [h[0] for h in heads], set()
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        node = nodes[i]
+        if node["op"] == "null":
+            if node["name"] in params:
+                return True
+        elif node["op"] not in _NO_GRADIENT:
+            stack.extend(j[0] for j in node["inputs"])
+    return False
 
 
 def _kept(outputs: list, call, name: str) -> list:
@@ -333,20 +356,29 @@ def _op_function(op: str):
 
 
 def _place_ungrouped(symbol: mx.sym.Symbol) -> mx.sym.Symbol:
-    """Puts every op that was built without a device (inside an expansion) on the device of its first input,
-    explicitly, rather than leaving it to MXNet's placement."""
+    """Puts every op that was built without a device (inside an expansion) on the device of its first input
+    (for a piece sent to another device, that device), and every variable built so (an expansion's own constant) on the device of its first reader, explicitly,
+    rather than leaving it to MXNet's placement."""
     doc = json.loads(symbol.tojson())
     groups: list[str | None] = []
+    readers: list[str | None] = []        # where a node's output is read: a piece sent (``__tofu_to__``) elsewhere
     changed = False
     for jn in doc["nodes"]:
         attrs = jn.setdefault("attrs", {})
         group = attrs.get("__ctx_group__")
         if group is None and jn["op"] != "null":
-            group = next((groups[i[0]] for i in jn["inputs"] if groups[i[0]] is not None), None)
+            group = next((readers[i[0]] for i in jn["inputs"] if readers[i[0]] is not None), None)
             if group is not None:
                 attrs["__ctx_group__"] = group
                 changed = True
         groups.append(group)
+        readers.append(attrs.get("__tofu_to__", group))
+    for jn, group in zip(doc["nodes"], groups):
+        for i in jn["inputs"]:
+            var = doc["nodes"][i[0]]
+            if var["op"] == "null" and groups[i[0]] is None and group is not None:
+                var["attrs"]["__ctx_group__"] = groups[i[0]] = group
+                changed = True
     return mx.sym.load_json(json.dumps(doc)) if changed else symbol
 
 

@@ -40,7 +40,7 @@ def join_machines(reducer: Callable | None, machines: int = 1) -> None:
 class MachineStat:
     """One statistic averaged over the machines: its kvstore key (the forward pass's; the backward pass uses
     :func:`backward_key`), its shape on the device, and whether MXNet runs its backward pass (its input depends
-    on a parameter)."""
+    on a parameter through ops that pass gradients)."""
 
     key: str
     shape: tuple[int, ...]

@@ -96,10 +96,15 @@ class Trainer:
         self.step_seconds: list[float] = []
 
     def load(self, values: Mapping[str, np.ndarray]) -> None:
-        """Sets every variable (parameters, auxiliary states, data, labels) from the whole tensors."""
+        """Sets every variable (parameters, auxiliary states, data, labels) from the whole tensors, and the
+        auxiliary states the partitioned graph adds (an expansion's constant statistics) to zero."""
         arrays = {**self.executor.arg_dict, **self.executor.aux_dict}
-        for name, value in shard_values(self.pg, values).items():
+        shards = shard_values(self.pg, values)
+        for name, value in shards.items():
             arrays[name][:] = value
+        for name, array in self.executor.aux_dict.items():
+            if name not in shards:
+                array[:] = 0
 
     def feed(self, batch: Mapping[str, np.ndarray]) -> None:
         """Sets the data and labels (whole tensors by name) on every device."""
