@@ -58,45 +58,47 @@ def test_two_machines_equal_one_device(model, workers, tmp_path):
     assert all(m.pushed_bytes == m.pulled_bytes for m in report.machines)
 
 
-BN_LR = 0.001     # wresnet-tiny: see test_batchnorm_model_equals_one_device
+BN_LR = 2e-4      # tests/runtime/test_train.py's: ten steps check the updates, not how far training amplifies rounding
+KINKED = 3e-2     # and its bound for wresnet-tiny after ten steps (a ReLU or pooling kink crossed, see there)
 
 
-def test_batchnorm_model_equals_one_device(tmp_path):
-    """wresnet-tiny on 2 machines x 2 contexts: every BatchNorm's statistics are averaged over the machines
-    mid-pass (through the kvstore, forward and backward), so ten steps equal one device on the global batch;
-    the kvstore carries the parameter shards and those statistics, as predicted from the plan.
-
-    The learning rate is small because this network's trajectory is chaotic once float32 rounding carries an
-    activation across a ReLU or max-pooling kink: the single-machine partitioned graph parts from one device
-    by ~2e-3 in the loss after ten steps at lr 0.0005 and 0.002 too (``tofu run wresnet-tiny --workers 4
-    --batch 32 --check --lr ...``; tests/runtime/test_train.py, KINKED); the first steps agree to 1e-6 at
-    every rate."""
+@pytest.mark.parametrize("workers", [2, 4])
+def test_batchnorm_model_first_update_equals_one_device(workers, tmp_path):
+    """wresnet-tiny on 2 machines: every BatchNorm's statistics are averaged over the machines mid-pass
+    (through the kvstore, forward and backward), so the first loss and the first update (lr times the
+    gradient of the global batch, momentum starting at zero) equal one device's to 1e-4 of the largest; each
+    machine's own statistics would part at the first loss. The kvstore carries the parameter shards and those
+    statistics, as predicted from the plan."""
     model, batch = "wresnet-tiny", BATCH["wresnet-tiny"]
-    report = train_hybrid(model, batch, MACHINES, WORKERS, tmp_path, steps=STEPS, lr=BN_LR, timeout_s=200)
-    losses, params = _one_device(model, batch, lr=BN_LR)
+    report = train_hybrid(model, batch, MACHINES, workers, tmp_path, steps=1, lr=BN_LR, timeout_s=200)
+    losses, params = _one_device(model, batch, steps=1, lr=BN_LR)
     np.testing.assert_allclose(report.losses, losses, rtol=TOL)
-    assert report.losses[-1] < report.losses[0]
-    scale = max(float(np.abs(v).max()) for v in params.values())
-    for name, value in params.items():
-        np.testing.assert_allclose(report.final_values[name], value, rtol=TOL, atol=TOL * scale, err_msg=name)
+    start = initial_values(load_graph(model, ModelOptions(batch=batch)))
+    updates = {n: report.final_values[n] - start[n] for n in params}
+    expected = {n: params[n] - start[n] for n in params}
+    scale = max(float(np.abs(u).max()) for u in expected.values())
+    assert scale > 0
+    for name, update in expected.items():
+        np.testing.assert_allclose(updates[name], update, rtol=TOL, atol=TOL * scale, err_msg=name)
     assert report.replica_max_abs_diff == 0.0
     _assert_statistics_bytes(model, batch, report, tmp_path / "plan.json")
 
 
 @pytest.mark.slow
-def test_batchnorm_model_on_two_machines_of_four_contexts(tmp_path):
-    """2 x 4: the forward pass and the first update equal one device to 1e-4. Over ten steps (per-device batch
-    4) this run parts from one device as one machine's 8-way partitioned graph does on the same global batch,
-    a kink crossed (measured: 3.0e-2 of the largest parameter for both, `tofu run wresnet-tiny --workers 8
-    --batch 32 --lr 0.001 --check`); the bound is that of kinked models, wrong partitioning showing up as errors
-    of order one (tests/runtime/test_train.py, KINKED)."""
+@pytest.mark.parametrize("workers", [2, 4])
+def test_batchnorm_model_ten_steps_follow_one_device(workers, tmp_path):
+    """Ten SGD-momentum steps: the first two losses to 1e-4, the rest within the bound of kinked models, as
+    the single-machine partitioned graph of wresnet-tiny is held (tests/runtime/test_train.py: its trajectory
+    parts from one device by up to ~1e-2 once rounding carries an activation across a kink; wrong partitioning
+    shows up as errors of order one)."""
     model, batch = "wresnet-tiny", BATCH["wresnet-tiny"]
-    report = train_hybrid(model, batch, MACHINES, 4, tmp_path, steps=STEPS, lr=BN_LR, timeout_s=300)
+    report = train_hybrid(model, batch, MACHINES, workers, tmp_path, steps=STEPS, lr=BN_LR, timeout_s=300)
     losses, params = _one_device(model, batch, lr=BN_LR)
     np.testing.assert_allclose(report.losses[:2], losses[:2], rtol=TOL)
-    np.testing.assert_allclose(report.losses, losses, rtol=3e-2)
+    assert max(abs(a - b) for a, b in zip(report.losses, losses)) <= KINKED
+    assert report.losses[-1] < report.losses[0]
     scale = max(float(np.abs(v).max()) for v in params.values())
-    assert max(float(np.abs(report.final_values[n] - v).max()) for n, v in params.items()) <= 5e-2 * scale
+    assert max(float(np.abs(report.final_values[n] - v).max()) for n, v in params.items()) <= KINKED * scale
     _assert_statistics_bytes(model, batch, report, tmp_path / "plan.json")
 
 
@@ -113,6 +115,9 @@ def _assert_statistics_bytes(model, batch, report, plan_path):
     assert report.measured_bytes == report.predicted_bytes == 2 * inter_machine_bytes(graph, plan, whole, MACHINES)
     assert report.predicted_bytes == 2 * (graph.param_bytes + sum(2 * s.nbytes for s in stats if s.backward)
                                           + sum(s.nbytes for s in stats if not s.backward))
+    # BatchNorm's expansion: two statistics per device, each averaged forward and backward
+    per_bn = [s for s in stats if s.key.startswith(sorted(sync)[0] + "#")]
+    assert len(per_bn) == 2 * report.machines[0].workers and all(s.backward for s in per_bn)
 
 
 def test_models_without_batch_statistics_average_nothing():
