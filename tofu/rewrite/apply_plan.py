@@ -357,8 +357,8 @@ def _op_function(op: str):
 
 def _place_ungrouped(symbol: mx.sym.Symbol) -> mx.sym.Symbol:
     """Puts every op that was built without a device (inside an expansion) on the device of its first input
-    (for a piece sent to another device, that device), and every variable built so (an expansion's own constant) on the device of its first reader, explicitly,
-    rather than leaving it to MXNet's placement."""
+    (for a piece sent to another device, that device), and every variable built so (an expansion's own
+    constant) on the device of its first reader, explicitly, rather than leaving it to MXNet's placement."""
     doc = json.loads(symbol.tojson())
     groups: list[str | None] = []
     readers: list[str | None] = []        # where a node's output is read: a piece sent (``__tofu_to__``) elsewhere
