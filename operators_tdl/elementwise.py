@@ -488,3 +488,14 @@ def _fill_op(op: str, value: float) -> None:
 
 _fill_op("_zeros", 0.0)
 _fill_op("_ones", 1.0)
+
+
+@tdl_op("_contrib_div_sqrt_dim", inputs=("data",), cases=[
+    Case(shapes=((3, 4),)),
+    Case(shapes=((2, 3, 8),)),
+])
+def div_sqrt_dim(data: TensorVar, attrs: NoAttrs):
+    """out[i, j] = data[i, j] / sqrt(|j|), j the last axis: its constant follows the last extent, so a split of
+    that axis changes it (the analysis refuses the split; coarsening must not merge it as element-wise)."""
+    scale = 1.0 / math.sqrt(data.shape[-1])
+    return lambda *i: data[i] * scale

@@ -350,7 +350,7 @@ def cmd_plan(args) -> int:
     global_batch = None
     if args.machines is not None:
         global_batch = _split_batch(args, args.machines)
-    graph = _graph(args)
+    graph = _graph(args, with_loss=True)      # the graph `tofu run` trains, so that its plans replay there
     if args.load:
         if args.algo != "tofu" or args.out:
             raise TofuError("--load shows a saved plan: --algo and --out do not apply to it")
@@ -371,7 +371,7 @@ def cmd_plan(args) -> int:
     if global_batch is not None:
         from tofu.runtime.distributed import inter_machine_bytes
 
-        inter = inter_machine_bytes(graph, plan, _graph(argparse.Namespace(**{**vars(args), "batch": global_batch})),
+        inter = inter_machine_bytes(graph, plan, _graph(argparse.Namespace(**{**vars(args), "batch": global_batch}), True),
                                     args.machines)
     if args.json:
         doc = plan.to_json()

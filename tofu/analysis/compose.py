@@ -175,6 +175,7 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
     unread: set[int] = set()
     for j, (choice, f, c) in enumerate(zip(choices, factors, coordinates(w, factors))):
         if choice.kind is ChoiceKind.FOLLOW:
+            _check_follow(view, choice.dim, f, c)
             view, ins, out_origin = _follow(view, ins, out_origin, choice.dim, f, c)
             continue
         if choice.kind is ChoiceKind.WHOLE:
@@ -252,6 +253,29 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
     outs = tuple(OutputPiece(_box(origin, shape), tuple(partial[o]), reducer[o])
                  for o, (origin, shape) in enumerate(zip(out_origin, view.out_shapes)))
     return WorkerCall(w, view.attrs, tuple(pieces), outs, tuple(exchanges), keep, scale)
+
+
+def _check_follow(view: NodeView, d: int | None, f: int, c: int) -> None:
+    """That a merged element-wise op may follow a split along ``d``: an output split of that dimension reads
+    exactly the worker's box and MXNet's kernel runs it unchanged (same attributes, nothing kept or scaled).
+
+    Raises:
+        AnalysisError: no such proven split (a plan edited by hand, or one whose op is not element-wise at
+            this step's shapes).
+    """
+    if d is None:
+        return
+    for s in _by_choice(view.op, view.attrs, view.in_shapes, view.out_shapes, f).values():
+        if s.kind != "output" or s.exchanges or s.outputs[0] != SplitDim(d):
+            continue
+        same = all(r[0] is not None and r[0].bounds == o[0].bounds and r[0].pad == o[0].pad
+                   for r, o in zip(s.input_regions, s.output_regions))
+        call = kernel_call(view.op, view.attrs, view.describe(), s, c) if same else None
+        if call is not None and call.attrs == view.attrs and call.keep is None and not call.crop \
+                and call.scale == 1.0:
+            return
+    raise AnalysisError(f"{view.op} at shape {list(view.out_shapes[0])} follows a split of dimension {d} over {f} "
+                        f"workers that the analysis did not prove runnable")
 
 
 def _follow(view: NodeView, ins, out_origin, d: int | None, f: int, c: int):

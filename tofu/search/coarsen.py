@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from tofu.analysis.strategies import SplitDim, strategies
+from tofu.analysis.views import runnable
 from tofu.errors import TofuError
 from tofu.graph.ir import Graph, Node, Role
 from tofu.tdl.describe import describe
@@ -103,7 +104,9 @@ def _signature(graph: Graph, node: Node) -> tuple:
 
 
 def is_elementwise(graph: Graph, node: Node) -> bool:
-    """One input of the output's shape, and every output split of the op reads exactly the worker's box."""
+    """One input of the output's shape, and every output split of the op reads exactly the worker's box and is
+    runnable (MXNet's kernel on the shard equals the op: ``_contrib_div_sqrt_dim`` reads only the worker's box
+    but its constant follows the last extent, so its last-axis split is refused and it is not merged)."""
     if len(node.inputs) != 1 or len(node.outputs) != 1:
         return False
     shape = graph.tensors[node.outputs[0]].shape
@@ -123,6 +126,6 @@ def _elementwise(op, attrs, shape) -> bool:
         if s.kind != "output" or s.exchanges or not isinstance(s.outputs[0], SplitDim):
             continue
         if all(ins[0] is not None and ins[0].bounds == outs[0].bounds and ins[0].pad == outs[0].pad
-               for ins, outs in zip(s.input_regions, s.output_regions)):
+               for ins, outs in zip(s.input_regions, s.output_regions)) and runnable(op, attrs, desc, s):
             found.add(s.outputs[0].dim)
     return found == {d for d, n in enumerate(shape) if n % 2 == 0}
