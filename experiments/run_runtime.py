@@ -6,7 +6,8 @@
 One CSV row per (model, workers, algorithm) in results/runtime/<tag>.csv, written as soon as it finishes, with a
 JSON sidecar. Each case plans the model, rewrites it into one partitioned MXNet symbol, binds it on
 cpu(0..k-1), runs ``--steps`` SGD-momentum steps beside the unpartitioned model on one context and records the
-largest differences (first step's outputs and gradients, every loss, parameters after the last step), the
+largest differences (first step's outputs and gradients, every loss and parameter update, one device stepping
+from the partitioned run's state), the
 bytes of every ``_CrossDeviceCopy`` of the bound training graph (forward, backward) beside the plan's
 ``comm_bytes``, and the median step time. A case the planner refuses (shapes that do not divide) is kept with
 status ``refused``. ``--quick``: mlp at 2 workers, two algorithms, two steps.

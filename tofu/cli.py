@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -23,8 +24,9 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from tofu.errors import TofuError, UnsupportedOperatorError
+from tofu.errors import CheckFailedError, TofuError, UnsupportedOperatorError
 from tofu.graph import Role
+from tofu.runtime import DEFAULT_RTOL
 
 if TYPE_CHECKING:       # the analysis stages are imported when a command needs them (`tofu ops` stays fast)
     from tofu.analysis.strategies import Analysis, Placement, Region, SymbolicStrategy
@@ -95,7 +97,7 @@ def cmd_inspect(args) -> int:
     fits = mem.total <= args.device_memory
     counts = graph.op_counts()
     if args.json:
-        print(json.dumps({"model": graph.name, "ops": len(graph.nodes), "op_counts": counts,
+        print(_dumps({"model": graph.name, "ops": len(graph.nodes), "op_counts": counts,
                           "param_count": sum(t.size for t in graph.by_role(Role.PARAM)),
                           "param_bytes": graph.param_bytes, "memory_bytes": mem.as_dict(),
                           "device_memory_bytes": args.device_memory, "fits": fits}))
@@ -133,13 +135,13 @@ def cmd_ops(args) -> int:
         if workers < 1:
             raise TofuError(f"--workers {workers}: the number of workers must be a positive integer")
         if args.json:
-            print(json.dumps(_op_json(args.op, spec, with_strategies=True, case=case, workers=workers)))
+            print(_dumps(_op_json(args.op, spec, with_strategies=True, case=case, workers=workers)))
         else:
             print(_op_text(args.op, spec, case, workers))
         return 0
     rows = [_op_json(name, spec, with_strategies=args.json) for name, spec in sorted(specs.items())]
     if args.json:
-        print(json.dumps({"ops": rows}))
+        print(_dumps({"ops": rows}))
         return 0
     for r in rows:
         print(f"{r['name']:<22} ({', '.join(r['inputs'])}) -> {', '.join(r['outputs'])}   {r['doc']}")
@@ -324,7 +326,7 @@ def _ops_of_model(args) -> int:
         rows.append({"name": op, "count": count, "node": node.name, "strategies": len(found),
                      "vars": [s.var if s.kind == "output" else f"{s.var}({s.outputs[0].reducer})" for s in found]})
     if args.json:
-        print(json.dumps({"model": graph.name, "ops": rows}))
+        print(_dumps({"model": graph.name, "ops": rows}))
         return 0
     print(f"model {graph.name}: {len(graph.nodes)} ops, {len(rows)} distinct")
     print(f"{'op':<22}{'count':>6}  {'strategies':>10}  representative node: split variables")
@@ -383,7 +385,7 @@ def cmd_plan(args) -> int:
             doc.update({"machines": args.machines, "global_batch": global_batch, "machine_batch": args.batch,
                         "intra_machine_bytes": plan.comm_bytes, "inter_machine_pushed_bytes": inter,
                         "inter_machine_pulled_bytes": inter, "inter_machine_bytes": 2 * inter})
-        print(json.dumps(doc))
+        print(_dumps(doc))
         return 0
     print(_plan_text(graph, plan))
     if inter is not None:
@@ -430,6 +432,11 @@ def cmd_run(args) -> int:
     if args.workers is None:
         args.workers = 4
     graph = _graph(args, with_loss=True)
+    dropout_off: tuple[str, ...] = ()
+    if args.check:                       # the two sides cannot draw the same masks: compare without them
+        from tofu.graph.deterministic import without_dropout
+
+        graph, dropout_off = without_dropout(graph)
     _check_contexts(args.workers, args.ctx)
     policy = _checkpoint_policy(args)
     start = _resumed(args, graph)
@@ -457,7 +464,7 @@ def cmd_run(args) -> int:
     try:
         report = train(graph, plan, pg, values, batch, args.steps,
                        reference_symbol(graph) if args.check else None, args.ctx, args.lr, args.momentum,
-                       progress, start=start, checkpoint=policy)
+                       progress, start=start, checkpoint=policy, dropout_off=dropout_off)
     except mx.base.MXNetError as e:      # a kernel or bind MXNet refuses at run time: one line, not its trace
         raise TofuError(f"MXNet cannot run the partitioned graph: {first_line(e)}") from None
     if args.memory and args.ctx == "cpu":
@@ -469,8 +476,13 @@ def cmd_run(args) -> int:
         report = dataclasses.replace(report, per_device_peak_bytes=peaks)
     if args.save:
         save_checkpoint(args.save, graph, report.final_values, plan)
+    failed = report.check.exceeded(args.rtol) if report.check is not None else ()
     if args.json:
-        print(json.dumps(report.to_json()))
+        doc = report.to_json()
+        if report.check is not None:
+            doc.update({"rtol": args.rtol, "check_passed": not failed})
+        print(_dumps(doc))
+        _check_passed(failed, args.rtol)
         return 0
     print(f"cross-device copies per iteration: {report.copies}, {_gb(report.measured_comm_bytes)} "
           f"(forward {_gb(report.measured_forward_bytes)}, backward {_gb(report.measured_backward_bytes)}); "
@@ -482,20 +494,40 @@ def cmd_run(args) -> int:
         print("per-device peak memory (MXNet's profiler): " + ", ".join(_gb(p) for p in report.per_device_peak_bytes))
     if report.check is not None:
         c = report.check
-        print(f"check against one device: outputs max |diff| {c.output:.3g}, gradients max rel diff "
-              f"{c.gradient:.3g}, losses max |diff| {c.loss:.3g}, parameters after {args.steps} steps max rel "
-              f"diff {c.parameters:.3g}")
+        if c.dropout_off:
+            print(f"check with Dropout off on both sides ({len(c.dropout_off)} ops at p = 0: their masks are drawn "
+                  f"per device and cannot match one device's)")
+        print(f"check against one device (each step from the same state): outputs max |diff| {c.output:.3g} "
+              f"(rel {c.output_rel:.3g}), gradients max rel diff {c.gradient:.3g}, losses max |diff| {c.loss:.3g} "
+              f"(rel {c.loss_rel:.3g}), parameter updates max rel diff {c.parameters:.3g}: "
+              f"{'FAILED' if failed else 'passed'} (rtol {args.rtol:g})")
     if args.save:
         print(f"saved {args.save} (whole tensors, MXNet .params) and its plan beside it")
     if policy is not None:
         print(f"checkpoint {policy.path} every {policy.every} steps (parameters, momentum and step)")
+    _check_passed(failed, args.rtol)
     return 0
+
+
+def _check_passed(failed: Sequence[str], rtol: float) -> None:
+    """Raises CheckFailedError (exit status 1) naming what exceeded ``rtol``, if anything did."""
+    if failed:
+        raise CheckFailedError(f"--check failed: {', '.join(failed)} (the partitioned run differs from one "
+                               f"device; --rtol sets the tolerance, default {DEFAULT_RTOL:g})")
 
 
 def _check_run_args(args) -> None:
     """The checks of ``tofu run``'s options that need no model."""
     if args.steps < 0:
         raise TofuError(f"--steps must be >= 0, got {args.steps}")
+    if not 0 <= args.seed < 2**32 - 1:          # numpy's and MXNet's seeds; the batch is drawn with seed + 1
+        raise TofuError(f"--seed must be in [0, 2^32 - 2], got {args.seed}")
+    if not args.lr > 0:
+        raise TofuError(f"--lr must be positive, got {args.lr:g}")
+    if not 0 <= args.momentum < 1:
+        raise TofuError(f"--momentum must be in [0, 1), got {args.momentum:g}")
+    if not args.rtol > 0:
+        raise TofuError(f"--rtol must be positive, got {args.rtol:g}")
     if args.plan and args.algo:
         raise TofuError("give --algo or --plan, not both")
     if args.resume and args.load:
@@ -561,7 +593,7 @@ def _run_machine(args) -> int:
     except BaseException:           # the traceback goes to this machine's log
         traceback.print_exc()
         _abandon(1)
-    print(json.dumps(report.to_json()), flush=True)
+    print(_dumps(report.to_json()), flush=True)
     return 0
 
 
@@ -718,7 +750,7 @@ def _launch_summary(run, args, whole, start, log_dir, seconds: float, terminal: 
         if check is not None:
             doc.update({"max_abs_diff": check.loss, "loss_max_abs_diff": check.loss,
                         "parameter_max_rel_diff": check.parameters, "reference_losses": list(check.reference_losses)})
-        print(json.dumps(doc))
+        print(_dumps(doc))
         return 0
     for m in report.machines:
         first = m.resumed_step + 1
@@ -785,6 +817,30 @@ def _plan_text(graph, plan) -> str:
     return "\n".join(lines)
 
 
+def _dumps(doc) -> str:
+    """One JSON document: a float that is not finite (a diverged loss) becomes null, never a bare NaN."""
+    def clean(v):
+        if isinstance(v, float) and not math.isfinite(v):
+            return None
+        if isinstance(v, dict):
+            return {k: clean(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [clean(x) for x in v]
+        return v
+    return json.dumps(clean(doc), allow_nan=False)
+
+
+def _finite(text: str) -> float:
+    """An option's float: finite, or a one-line error (``--lr nan`` would train to NaN)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"'{text}' is not a finite number")
+    return value
+
+
 def _jsonable(v):
     return list(v) if isinstance(v, tuple) else v
 
@@ -835,10 +891,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", metavar="PLAN.json", help="run a saved plan (checked against the model)")
     p.add_argument("--ctx", choices=("cpu", "gpu"), default="cpu", help="device kind (default cpu)")
     p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
-    p.add_argument("--lr", type=float, default=0.05, help="SGD learning rate (default 0.05)")
-    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the initial values and the batch")
-    p.add_argument("--check", action="store_true", help="run one device beside it and compare")
+    p.add_argument("--lr", type=_finite, default=0.05, help="SGD learning rate (default 0.05)")
+    p.add_argument("--momentum", type=_finite, default=0.9, help="SGD momentum, in [0, 1) (default 0.9)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the initial values and the batch (0 to 2^32 - 2)")
+    p.add_argument("--check", action="store_true",
+                   help="run one device beside it and compare (Dropout off on both sides); exit 1 beyond --rtol")
+    p.add_argument("--rtol", type=_finite, default=DEFAULT_RTOL,
+                   help=f"with --check: the largest relative difference of outputs, gradients, losses and "
+                        f"parameters that passes (default {DEFAULT_RTOL:g})")
     p.add_argument("--memory", action="store_true",
                    help="measure each device's peak memory over one step with MXNet's profiler (up to 4 CPU contexts)")
     p.add_argument("--save", metavar="CKPT.params", help="save the trained parameters (whole tensors)")
@@ -877,7 +937,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args.run(args)
     except TofuError as e:
         print(f"tofu: error: {e}", file=sys.stderr)
-        return 2
+        return e.status
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:             # `tofu ops | head`: the reader has gone, nothing is wrong

@@ -70,7 +70,7 @@ def run_partitioned(name: str, workers: int, steps: int, batch: int) -> float:
           f"(forward {report.measured_forward_bytes / 1e3:.1f} KB, backward {report.measured_backward_bytes / 1e3:.1f} "
           f"KB); the plan predicted {report.predicted_comm_bytes / 1e3:.1f} KB")
     print(f"   against one device: outputs {c.output:.2g}, gradients {c.gradient:.2g} (relative), losses {c.loss:.2g}, "
-          f"parameters after {steps} steps {c.parameters:.2g} (relative)")
+          f"parameter updates {c.parameters:.2g} (relative; each step from the same state)")
     return max(c.output, c.gradient, c.loss, c.parameters)
 
 

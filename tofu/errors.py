@@ -1,7 +1,8 @@
 """Exception types of tofu-mx.
 
 Every error a user can cause derives from :class:`TofuError`; the CLI prints its message on one line and
-exits with status 2. Anything else escaping the CLI is a bug in tofu-mx.
+exits with its ``status``: 2 for bad input, 1 for a run that failed (:class:`RunFailure`: a diverged loss, a
+failed ``--check``). Anything else escaping the CLI is a bug in tofu-mx.
 """
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from collections.abc import Iterable
 
 class TofuError(Exception):
     """Base class of errors caused by the input (model, file, operator description, option)."""
+
+    status = 2          # the command line's exit status
 
 
 def _known(known: Iterable[str], limit: int = 12) -> str:
@@ -62,3 +65,22 @@ class PlanError(TofuError):
 
 class RewriteError(TofuError):
     """A plan cannot be turned into a partitioned graph."""
+
+
+class RunFailure(TofuError):
+    """A run that started but whose result is wrong or unusable (exit status 1, not 2: the input was valid)."""
+
+    status = 1
+
+
+class DivergedError(RunFailure):
+    """A training step's loss is not finite (NaN or infinite)."""
+
+    def __init__(self, step: int, loss: float, which: str = "the partitioned run"):
+        super().__init__(f"the loss of step {step} is {loss} in {which}: training diverged "
+                         f"(a smaller --lr, or other initial values, --seed)")
+        self.step = step
+
+
+class CheckFailedError(RunFailure):
+    """``--check``: the partitioned run differs from one device by more than the tolerance."""

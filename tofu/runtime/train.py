@@ -165,9 +165,12 @@ class Trainer:
         return self._gather({name: mom.asnumpy() for name, mom in self.moms.items()})
 
     def load_momentum(self, momentum: Mapping[str, np.ndarray]) -> None:
-        """Sets the SGD momentum of every parameter from whole tensors (a resumed run's optimizer state)."""
+        """Sets the SGD momentum of the parameters ``momentum`` names from whole tensors (a resumed run's optimizer
+        state, or a partitioned run's for one device; a parameter the partitioned graph never reads, BatchNorm's
+        gamma under fix_gamma, has none there and keeps its own)."""
         for v in self.params:
-            self.moms[v.name][:] = momentum[v.tensor][tuple(slice(a, b) for a, b in v.box)]
+            if v.tensor in momentum:
+                self.moms[v.name][:] = momentum[v.tensor][tuple(slice(a, b) for a, b in v.box)]
 
     def _gather(self, shards: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
         return gather_values(self.pg, shards)
