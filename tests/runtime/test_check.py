@@ -172,3 +172,52 @@ def test_json_has_no_bare_nan():
 
     text = _dumps({"a": float("nan"), "b": [1.0, float("inf")], "c": {"d": -float("inf")}})
     assert json.loads(text) == {"a": None, "b": [1.0, None], "c": {"d": None}}
+
+
+_ONE_DEVICE_GATHER_ND = """
+import mxnet as mx, numpy as np
+from tofu.graph.ir import Role
+from tofu.rewrite.apply_plan import HeadPiece, PartitionedGraph, ShardVar
+from tofu.runtime.train import Trainer
+sym = mx.sym.make_loss(mx.sym.gather_nd(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=16, name="fc"),
+                                        mx.sym.var("indices")))
+box = lambda *s: tuple((0, n) for n in s)
+pg = PartitionedGraph(sym, 1, (ShardVar("data", "data", 0, box(8, 4), Role.DATA),
+                               ShardVar("fc_weight", "fc_weight", 0, box(16, 4), Role.PARAM),
+                               ShardVar("fc_bias", "fc_bias", 0, box(16), Role.PARAM),
+                               ShardVar("indices", "indices", 0, box(1, 5), Role.DATA)), (HeadPiece("g", 0, box(5, 16), 0),))
+values = {"data": np.ones((8, 4), np.float32), "fc_weight": np.ones((16, 4), np.float32),
+          "fc_bias": np.zeros(16, np.float32), "indices": np.arange(5, dtype=np.float32)[None]}
+print(Trainer(pg, values).forward_backward()["g"].shape)
+"""
+
+
+def _python(code):
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "MXNET_SUBGRAPH_BACKEND": "NONE", "MXNET_SUBGRAPH_VERBOSE": "0"})
+
+
+def test_one_device_binds_without_context_groups():
+    """The one-device reference of --check: bound with group2ctx on a symbol without groups, MXNet segfaulted in
+    simple_bind on gather_nd (exit 255, nothing printed)."""
+    done = _python(_ONE_DEVICE_GATHER_ND)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "(5, 16)"
+
+
+def test_a_crash_inside_quiet_says_so():
+    """MXNet's own crash message went to quiet()'s sink and died with the process; now the fault handler writes
+    to the real stderr."""
+    done = _python("""
+import mxnet as mx
+from tofu.runtime.train import quiet
+g = mx.sym.gather_nd(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=16, name="fc"), mx.sym.var("indices"))
+with quiet():
+    g.simple_bind(ctx=mx.cpu(0), group2ctx={"dev0": mx.cpu(0)}, data=(8, 4), indices=(1, 5))
+""")
+    assert done.returncode != 0
+    assert "Segmentation fault" in done.stderr

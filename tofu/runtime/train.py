@@ -12,6 +12,7 @@ running (``MXNET_SUBGRAPH_BACKEND=NONE is detected`` at every bind) are kept fro
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import os
 import re
 import sys
@@ -27,6 +28,12 @@ from tofu.graph.ir import Graph, Role
 from tofu.rewrite.apply_plan import HeadPiece, PartitionedGraph, ShardVar, gather_values, shard_values
 
 _MXNET_LOG = re.compile(r"^\[\d\d:\d\d:\d\d\] \.\./(src|include)/")
+
+# A crash inside MXNet (a segfault in a kernel or a bind) while quiet() holds stderr would die unseen: Python's
+# fault handler writes to a copy of the real stderr, says which signal killed the process, then passes the signal
+# on to MXNet's own handler (whose message goes wherever stderr points then)
+_CRASH_LOG = os.fdopen(os.dup(2), "w")
+faulthandler.enable(file=_CRASH_LOG)
 
 
 @contextlib.contextmanager
@@ -85,6 +92,8 @@ class Trainer:
         aux = set(pg.symbol.list_auxiliary_states())
         grad_req = {v.name: "write" if v.role is Role.PARAM else "null" for v in pg.variables if v.name not in aux}
         group2ctx = {f"dev{i}": c for i, c in enumerate(self.contexts)}
+        if pg.workers == 1:             # one device: no groups to place (group2ctx on a symbol without context
+            group2ctx = None            # groups makes MXNet segfault binding gather_nd)
         start = time.perf_counter()
         with quiet():
             self.executor = pg.symbol.simple_bind(ctx=self.contexts[0], group2ctx=group2ctx, grad_req=grad_req,
