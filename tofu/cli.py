@@ -33,6 +33,8 @@ if TYPE_CHECKING:       # the analysis stages are imported when a command needs 
     from tofu.graph.attrs import Attrs
     from tofu.tdl.describe import Case, OpDescription, OpSpec
 
+# what matplotlib's Agg, PDF, PS and SVG backends write (a figure's suffix is checked before any work)
+FIGURE_FORMATS = ("png", "pdf", "svg", "svgz", "eps", "ps", "jpg", "jpeg", "tif", "tiff", "webp")
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
@@ -77,6 +79,8 @@ def _model_args(p: argparse.ArgumentParser, positional: bool = True) -> None:
 def _graph(args, with_loss: bool = False):
     from tofu.api import load_graph
     from tofu.graph import parse_shape
+
+    _input_path(args.model, "model file")
     from tofu.models import ModelOptions
 
     parsed = [parse_shape(s) for s in args.shape]
@@ -349,6 +353,11 @@ def cmd_plan(args) -> int:
     from tofu.search.algorithms import plan_graph, replay
     from tofu.search.plan import Plan
 
+    if args.out:
+        _output_path(args.out, "plan")
+    if args.figure:
+        _output_path(args.figure, "figure", FIGURE_FORMATS)
+    _input_path(args.load, "plan")
     global_batch = None
     if args.machines is not None:
         global_batch = _split_batch(args, args.machines)
@@ -536,6 +545,17 @@ def _check_run_args(args) -> None:
         raise TofuError("--checkpoint PATH and --checkpoint-every N go together")
     if args.checkpoint_every is not None and args.checkpoint_every < 1:
         raise TofuError(f"--checkpoint-every must be at least 1, got {args.checkpoint_every}")
+    for path, what in ((args.plan, "plan"), (args.load, "checkpoint"), (args.resume, "checkpoint")):
+        _input_path(path, what)
+    if args.save:
+        from tofu.runtime.data import plan_path
+
+        _output_path(args.save, "checkpoint")
+        _output_path(str(plan_path(args.save)), "the plan beside --save")
+    if args.checkpoint:
+        _output_path(args.checkpoint, "checkpoint")
+    if args.save and args.checkpoint and os.path.abspath(args.save) == os.path.abspath(args.checkpoint):
+        raise TofuError(f"--save and --checkpoint name the same file '{args.save}': one would overwrite the other")
     if args.fail_at_step is not None and not 1 <= args.fail_at_step <= args.steps:
         raise TofuError(f"--fail-at-step must be a step of this run (1 to {args.steps}), got {args.fail_at_step}")
 
@@ -671,6 +691,7 @@ def cmd_launch(args) -> int:
         raise TofuError("--memory measures one process's devices; it does not apply under `tofu launch`")
     if run.shape:
         raise TofuError("--shape: several machines train zoo models only (their batch is split by rows)")
+    _input_path(args.hostfile, "hostfile")
     hosts = launch.read_hostfile(args.hostfile) if args.hostfile else None
     if hosts is not None and len(hosts) < args.machines:
         raise TofuError(f"hostfile '{args.hostfile}' lists {len(hosts)} hosts; {args.machines} machines need "
@@ -828,6 +849,38 @@ def _dumps(doc) -> str:
             return [clean(x) for x in v]
         return v
     return json.dumps(clean(doc), allow_nan=False)
+
+
+def _output_path(text: str, what: str, formats: Sequence[str] = ()) -> str:
+    """A path to write ``what`` to, checked before any work: not a directory, in a directory that exists and can
+    be written, with one of ``formats``' suffixes when given.
+
+    Raises:
+        TofuError: naming the path and what is wrong with it.
+    """
+    from pathlib import Path
+
+    path = Path(text)
+    if text.endswith(("/", os.sep)) or path.is_dir():
+        raise TofuError(f"cannot write {what} '{text}': it is a directory (give a file name)")
+    parent = path.absolute().parent
+    if not parent.is_dir():
+        raise TofuError(f"cannot write {what} '{text}': no directory '{parent}'")
+    if not os.access(parent, os.W_OK):
+        raise TofuError(f"cannot write {what} '{text}': directory '{parent}' is not writable")
+    if path.exists() and not path.is_file():
+        raise TofuError(f"cannot write {what} '{text}': it exists and is not a regular file")
+    if formats and path.suffix.lower().lstrip(".") not in formats:
+        raise TofuError(f"cannot write {what} '{text}': unknown format '{path.suffix or '(none)'}' "
+                        f"(one of {', '.join('.' + f for f in formats)})")
+    return text
+
+
+def _input_path(text: str | None, what: str) -> None:
+    """That an existing ``text`` is a regular file (a named pipe would block the read forever; a directory
+    would fail later); a missing one is left to the reader, which names it."""
+    if text is not None and os.path.exists(text) and not os.path.isfile(text):
+        raise TofuError(f"{what} '{text}' is not a regular file")
 
 
 def _finite(text: str) -> float:

@@ -13,26 +13,36 @@ import sys
 from tofu.errors import TofuError
 
 
+GPU_MEMORY = 12 * 2**30      # one K80 die (the paper's GPU): 12 GiB, NVIDIA's K80 datasheet
+
+
 def _gb(n: float) -> str:
     return f"{n / 2**30:6.2f} GiB"
 
 
-def plan_models(models: list[str], workers: int) -> None:
+def plan_models(models: list[str], workers: int, memory: int = GPU_MEMORY) -> None:
+    """Plans each model at the batch the paper trains it at with Tofu on 8 GPUs (the largest in
+    ``TOFU_BATCHES``; the family's default where the paper names none): memory on one device beside each plan's
+    per device, against a ``memory``-byte GPU (the paper's K80 die, 12 GiB)."""
     from tofu.api import load_graph
     from tofu.graph.memory import estimate_training_memory
+    from tofu.models import ModelOptions
+    from tofu.models.paper import TOFU_BATCHES
     from tofu.search.algorithms import plan_graph
 
-    gpu = 12 * 2**30
     for name in models:
-        graph = load_graph(name)
+        batch = max(TOFU_BATCHES[name]) if name in TOFU_BATCHES else None
+        graph = load_graph(name, ModelOptions(batch=batch))
         one = estimate_training_memory(graph).total
-        print(f"\n== {name}: {len(graph.nodes)} ops, {graph.param_bytes / 2**30:.2f} GiB of weights; "
-              f"one device needs {_gb(one)} -> {'fits' if one <= gpu else 'does NOT fit'} a 12 GiB GPU")
+        shown = f"batch {batch} (the paper's for Tofu on 8 GPUs)" if batch else "the family's default batch"
+        print(f"\n== {name} at {shown}: {len(graph.nodes)} ops, {graph.param_bytes / 2**30:.2f} GiB of weights; "
+              f"one device needs {_gb(one)} -> {'fits' if one <= memory else 'does NOT fit'} a "
+              f"{memory / 2**30:.0f} GiB GPU")
         for algo in ("tofu", "data-parallel"):
             plan = plan_graph(graph, workers, algo)
             per = dict(plan.per_device_bytes)["total"]
             print(f"   {algo:<14} {workers} workers: {plan.comm_bytes / 1e9:8.2f} GB moved per iteration, "
-                  f"{_gb(per)} per device ({'fits' if per <= gpu else 'does not fit'}), "
+                  f"{_gb(per)} per device ({'fits' if per <= memory else 'does not fit'}), "
                   f"searched in {plan.search_seconds:.2f} s")
             if algo == "tofu":
                 layers = {}
