@@ -168,9 +168,9 @@ def test_a_diverging_run_stops_naming_its_step(capsys):
 
 
 def test_json_has_no_bare_nan():
-    from tofu.cli import _dumps
+    from tofu.cli import dumps
 
-    text = _dumps({"a": float("nan"), "b": [1.0, float("inf")], "c": {"d": -float("inf")}})
+    text = dumps({"a": float("nan"), "b": [1.0, float("inf")], "c": {"d": -float("inf")}})
     assert json.loads(text) == {"a": None, "b": [1.0, None], "c": {"d": None}}
 
 
