@@ -119,7 +119,11 @@ def run(args) -> int:
     print(f"per-device memory (plan's model): {gb(mem.get('total', 0))}; median step "
           f"{report.median_step_seconds * 1e3:.1f} ms, bind {report.bind_seconds:.2f} s")
     if report.per_device_peak_bytes:
+        from tofu.runtime.memory import estimated_device_peaks
+
         print("per-device peak memory (MXNet's profiler): " + ", ".join(gb(p) for p in report.per_device_peak_bytes))
+        print("per-device estimate (the plan's, with every context's temporary space on cpu(0)): "
+              + ", ".join(gb(e) for e in estimated_device_peaks(mem, args.workers)))
     if report.check is not None:
         c = report.check
         if c.dropout_off:

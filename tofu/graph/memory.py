@@ -32,6 +32,7 @@ shapes only) say:
 - *workspace* ``w(v)``: the temporary space the op asks MXNet's resource manager for: the im2col column
   buffer of one image for Convolution (``C_in * prod(kernel) * prod(out_spatial)`` elements, MXNet's CPU/GPU
   fallback path; cuDNN may choose a larger algorithm workspace), the flattened label for SoftmaxOutput.
+  :func:`largest_workspace` evaluates it at any tensor shapes (one device's shards under a plan).
 
 Gradients of activations: every consumer's backward writes its own contribution to an entry's gradient;
 contributions stay alive until the producer's backward step, where they are summed in place into one
@@ -41,16 +42,20 @@ the loss head's gradient is implicit (SoftmaxOutput ignores it); gradients of pa
 
 Assumptions: the replayed order of requests and releases is MXNet's (outputs before inputs are freed,
 gradient contributions summed at the producer); one temporary-space buffer serves every op (its size is the
-largest request); unknown operators keep all their inputs and outputs, never work in place and need no
-workspace. MKLDNN's weight-layout copies (CPU only) are not modelled; :mod:`tofu.graph.memory_profile`
-measures with MKLDNN off. On the small models the estimate is within 3% of the profiler's peak.
+largest request: an executor takes one buffer of the resource manager's pool per context and every op on
+that context shares it, ``src/executor/attach_op_resource_pass.cc:46-73``; on CPU contexts all of them live
+on cpu(0), see :func:`device0_temp_bytes`); unknown operators keep all their inputs and outputs, never work
+in place and need no workspace. MKLDNN's weight-layout copies (CPU only) are not modelled;
+:mod:`tofu.graph.memory_profile` measures with MKLDNN off. On the small models the estimate is within 3% of the
+profiler's peak.
 """
 from __future__ import annotations
 
 import bisect
 import logging
 import math
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -86,10 +91,13 @@ class MemoryEstimate:
 # ---------------------------------------------------------------------------------------------------------
 # Per-operator rules: what the backward keeps, what works in place, hidden outputs, temporary space.
 
+Shape = tuple[int, ...]
 SizeFn = Callable[[Node, Graph], int]
+WorkspaceFn = Callable[[Node, Graph, Sequence[Shape]], int]
+"""Bytes of temporary space of one node with every tensor ``t`` at shape ``shapes[t]``."""
 
 
-def _none(node: Node, graph: Graph) -> int:
+def _none(node: Node, graph: Graph, *shapes) -> int:
     return 0
 
 
@@ -104,7 +112,7 @@ class MemoryRule:
             the backward then may also write the input gradient over the output gradient.
         identity: the output aliases input 0 (reshape-like ops), whatever else uses it.
         hidden: bytes of outputs the graph import does not list, kept for the backward.
-        workspace: bytes of temporary space the op requests.
+        workspace: bytes of temporary space the op requests, at given tensor shapes.
     """
 
     keeps_inputs: bool = True
@@ -112,7 +120,7 @@ class MemoryRule:
     inplace: tuple[int, ...] = ()
     identity: bool = False
     hidden: SizeFn = _none
-    workspace: SizeFn = _none
+    workspace: WorkspaceFn = _none
 
 
 def _itemsize(graph: Graph, tensor_id: int) -> int:
@@ -125,15 +133,18 @@ def _batchnorm_saved_stats(node: Node, graph: Graph) -> int:
     return 2 * data.shape[int(node.attrs.get("axis", 1))] * _itemsize(graph, data.id)
 
 
-def _im2col_one_image(node: Node, graph: Graph) -> int:
-    """Column buffer of one image: ``C_in * prod(kernel)`` rows, ``prod(out_spatial)`` columns."""
-    data, out = graph.tensor(node.inputs[0]), graph.tensor(node.outputs[0])
-    rows = data.shape[1] * math.prod(node.attrs["kernel"])
-    return rows * math.prod(out.shape[2:]) * _itemsize(graph, data.id)
+def _im2col_one_image(node: Node, graph: Graph, shapes: Sequence[Shape]) -> int:
+    """Column buffer of one image: ``C_in * prod(kernel)`` rows, ``prod(out_spatial)`` columns (MXNet 1.9.1
+    ``src/operator/nn/convolution-inl.h:366``, ``col_buffer_size_``; with groups the same product)."""
+    data, out = node.inputs[0], node.outputs[0]
+    rows = shapes[data][1] * math.prod(node.attrs["kernel"])
+    return rows * math.prod(shapes[out][2:]) * _itemsize(graph, data)
 
 
-def _label_bytes(node: Node, graph: Graph) -> int:
-    return graph.tensor(node.inputs[1]).nbytes if len(node.inputs) > 1 else 0
+def _label_bytes(node: Node, graph: Graph, shapes: Sequence[Shape]) -> int:
+    if len(node.inputs) < 2:
+        return 0
+    return math.prod(shapes[node.inputs[1]]) * _itemsize(graph, node.inputs[1])
 
 
 _ELEMWISE_BINARY = MemoryRule(keeps_inputs=False, keeps_outputs=False, inplace=(0, 1))
@@ -350,12 +361,49 @@ def estimate_training_memory(graph: Graph, optimizer: str = "sgd_mom") -> Memory
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZER_STATES)}, got {optimizer!r}")
     params = graph.param_bytes
     inputs = sum(t.nbytes for t in graph.tensors if t.role in (Role.DATA, Role.LABEL))
-    workspace = max((rule_for(n).workspace(n, graph) for n in graph.nodes), default=0)
     return MemoryEstimate(
         params=params,
         grads=params,
         optimizer=OPTIMIZER_STATES[optimizer] * params,
         aux=sum(t.nbytes for t in graph.by_role(Role.AUX)),
         activations=inputs + _planned_activation_bytes(graph),
-        workspace=workspace,
+        workspace=largest_workspace(graph),
     )
+
+
+def largest_workspace(graph: Graph, shapes: Sequence[Shape] | None = None) -> int:
+    """The largest temporary space any op of ``graph`` requests, with tensor ``t`` at ``shapes[t]`` (default:
+    its whole shape; under a plan, one device's shard shapes): the size of the temporary-space buffer one
+    context's ops share (see the module docstring)."""
+    shapes = [t.shape for t in graph.tensors] if shapes is None else shapes
+    return max((rule_for(n).workspace(n, graph, shapes) for n in graph.nodes), default=0)
+
+
+CPU_TEMP_COPIES = 4
+"""MXNet's default number of copies of the CPU temporary-space pool (``MXNET_CPU_TEMP_COPY``,
+``src/resource.cc:90``)."""
+
+
+def cpu_temp_copies() -> int:
+    """The copies of the CPU temporary-space pool this process's MXNet makes: ``MXNET_CPU_TEMP_COPY`` (MXNet reads
+    it once, when its resource manager starts), else :data:`CPU_TEMP_COPIES`."""
+    try:
+        return max(1, int(os.environ.get("MXNET_CPU_TEMP_COPY", CPU_TEMP_COPIES)))
+    except ValueError:
+        return CPU_TEMP_COPIES
+
+
+def device0_temp_bytes(workers: int, workspace: int, copies: int | None = None) -> int:
+    """Bytes device 0 holds on CPU contexts beyond its own share: the other contexts' temporary space.
+
+    MXNet 1.9.1 keeps one pool of ``copies`` temporary-space buffers for *every* CPU context, allocated on
+    ``Context::CPU()``, i.e. cpu(0) (``src/resource.cc:101-102``; a CPU request ignores the context's device
+    id, ``src/resource.cc:129-132``), while each GPU gets a pool of its own (``src/resource.cc:145-148``).
+    An executor hands each context the next buffer round-robin (``src/resource.cc:283-291``) and all that
+    context's ops share it (``src/executor/attach_op_resource_pass.cc:65-73``); a buffer grows to its largest
+    request and is never shrunk (``src/resource.cc:67-73``). So with ``workers`` contexts whose ops each
+    request at most ``workspace`` bytes, cpu(0) holds ``min(workers, copies)`` such buffers: its own, counted
+    in its ``workspace``, and ``min(workers, copies) - 1`` more.
+    """
+    copies = cpu_temp_copies() if copies is None else copies
+    return max(0, min(workers, copies) - 1) * workspace

@@ -7,6 +7,11 @@ cpu(2) ``cpu pinned`` and cpu(3) ``cpu shared``; the counters are matched to dev
 
 The profiler is process-global, so the step runs in a child process (``python -m tofu.runtime.memory``, the
 request as JSON on stdin, the peaks as JSON on stdout), like :mod:`tofu.graph.memory_profile`.
+
+Device 0 of CPU contexts holds every context's temporary space: MXNet 1.9.1 allocates the CPU temporary-space
+pool (``MXNET_CPU_TEMP_COPY`` buffers, default 4) on cpu(0) for all CPU contexts, and no variable or bind
+option places it per context (``src/resource.cc:90-132``; GPUs get one pool each). So it cannot be put where
+the work is; :func:`estimated_device_peaks` counts it on device 0 instead, as the plan's ``device0_temp``.
 """
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ import json
 import re
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 from tofu.errors import TofuError
@@ -45,6 +51,17 @@ def measure_device_peaks(pg, timeout: float = 300.0, one_context: bool = False) 
                "params": [v.name for v in pg.variables if v.role is Role.PARAM and v.name not in aux],
                "devices": {v.name: v.device for v in pg.variables}, "one_context": one_context}
     return tuple(run_in_child(__name__, request, {}, timeout, DeviceMemoryError)["peak_bytes"])
+
+
+def estimated_device_peaks(per_device_bytes: Mapping[str, int], workers: int) -> tuple[int, ...]:
+    """The plan's estimate of each CPU context's peak, to set beside :func:`measure_device_peaks`: device 0
+    holds its ``total`` plus ``device0_temp`` (the other contexts' temporary space, which MXNet allocates on
+    cpu(0)), every other device its ``total`` less its own ``workspace`` (held on cpu(0))."""
+    total, workspace = per_device_bytes["total"], per_device_bytes.get("workspace", 0)
+    extra = per_device_bytes.get("device0_temp", 0)
+    if workers == 1:
+        return (total,)
+    return (total + extra,) + (total - workspace,) * (workers - 1)
 
 
 def peaks_from_trace(trace: dict, workers: int) -> list[int]:

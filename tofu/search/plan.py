@@ -145,12 +145,22 @@ class Plan:
 
 def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
                       estimate: MemoryEstimate | None = None, fetched: float = 0.0,
-                      transient: int = 0) -> dict[str, int]:
+                      transient: int = 0, workers: int | None = None) -> dict[str, int]:
     """Each device's training memory under a plan: every category of the single-device estimate scaled by the
     fraction of its tensors' bytes that one device holds at the end of the recursion, plus ``fetched``: the
     remote regions a device receives for its ops' inputs and keeps until the backward pass (all alive when
     the forward pass ends, where activations peak; the plan's total over its devices, divided evenly), and
-    ``transient``: the largest partial sum or unconverted output piece a device computes (one at a time)."""
+    ``transient``: the largest partial sum or unconverted output piece a device computes (one at a time).
+    ``workspace`` is the device's own temporary space: the largest request of any op at the shard shapes
+    (its ops share one buffer; an im2col buffer of one image does not shrink when the batch is split).
+
+    ``total`` is what each device holds where every device has its own memory (GPUs). ``device0_temp``, not
+    in ``total``, is what device 0 holds besides on *CPU contexts*, where MXNet allocates every context's
+    temporary space on cpu(0) (:func:`tofu.graph.memory.device0_temp_bytes`): there device 0's peak is
+    ``total + device0_temp`` and the others' ``total - workspace``. ``workers`` defaults to the largest ratio
+    of a tensor's size to its shard's."""
+    from tofu.graph.memory import device0_temp_bytes, largest_workspace
+
     estimate = estimate or estimate_training_memory(graph)
 
     def fraction(roles: tuple[Role, ...]) -> float:
@@ -158,10 +168,15 @@ def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
         held = sum(math.prod(final_shapes[t.id]) for t in graph.tensors if t.role in roles)
         return held / full if full else 1.0
 
+    if workers is None:
+        workers = max((round(t.size / math.prod(final_shapes[t.id])) for t in graph.tensors
+                       if math.prod(final_shapes[t.id])), default=1)
     p, a = fraction((Role.PARAM,)), fraction((Role.ACTIVATION, Role.DATA, Role.LABEL))
+    workspace = largest_workspace(graph, final_shapes)
     out = {"params": int(estimate.params * p), "grads": int(estimate.grads * p),
            "optimizer": int(estimate.optimizer * p), "aux": int(estimate.aux * fraction((Role.AUX,))),
            "activations": int(estimate.activations * a), "fetched": int(fetched), "transient": int(transient),
-           "workspace": int(estimate.workspace * a)}
+           "workspace": workspace}
     out["total"] = sum(out.values())
+    out["device0_temp"] = device0_temp_bytes(workers, workspace)
     return out
