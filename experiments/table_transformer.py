@@ -1,31 +1,52 @@
-"""Markdown table of a run of run_transformer.py: communication per iteration of every algorithm for every GPT
-configuration, batch and worker count, and Tofu's bytes over Megatron-LM's. Reads CSV only.
+"""Markdown tables of a run of run_transformer.py: communication per iteration of every algorithm for every GPT
+configuration, batch and worker count, and Tofu's bytes over Megatron-LM's; and the bytes the runtime sends (each
+piece once per device) under both plans. Reads CSV only.
 
     python experiments/table_transformer.py results/transformer/latest.csv
+
+A tofu row may carry ``tofu_over_megatron`` / ``shared_tofu_over_megatron``: the ratio as recorded where the
+bytes beside it are rounded (a file transcribed from a doc); it is shown instead of the ratio of those bytes.
 """
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from experiments.common import read_rows  # noqa: E402
+from experiments.table_markdown import DocTable, Rows, markdown_table, unique  # noqa: E402
 
 ORDER = ("tofu", "megatron", "tofu-recursive", "dp-flat", "icml18", "equalchop", "spartan", "allrow-greedy",
          "data-parallel")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("csv", type=Path)
-    args = p.parse_args(argv)
-    rows = list(csv.DictReader(args.csv.open()))
-    if not rows:
-        print(f"{args.csv}: no rows", file=sys.stderr)
-        return 2
+def _index(sources: list[Rows]) -> tuple[dict, list[tuple], list[str]]:
+    """The rows by (model, batch, workers, algo), the cases in order, the algorithms present in :data:`ORDER`."""
+    rows = [r for rows in sources for r in rows]
     by = {(r["model"], int(r["batch"]), int(r["workers"]), r["algo"]): r for r in rows}
-    cases = list(dict.fromkeys((r["model"], int(r["batch"]), int(r["workers"])) for r in rows))
-    algos = [a for a in ORDER if any(key[3] == a for key in by)]
+    cases = unique((r["model"], int(r["batch"]), int(r["workers"])) for r in rows)
+    return by, cases, [a for a in ORDER if any(key[3] == a for key in by)]
+
+
+def _ratio(tofu, megatron, key: str, recorded: str) -> float:
+    return float(tofu[recorded]) if tofu.get(recorded) else float(tofu[key]) / float(megatron[key])
+
+
+def tofu_over_megatron(sources: list[Rows]) -> list[float]:
+    """Tofu's communication over Megatron-LM's in every case both plan."""
+    by, cases, _ = _index(sources)
+    pairs = [(by.get((*c, "tofu")), by.get((*c, "megatron"))) for c in cases]
+    return [_ratio(t, m, "comm_bytes", "tofu_over_megatron") for t, m in pairs
+            if t and m and t["status"] == m["status"] == "ok"]
+
+
+def render_comm(sources: list[Rows]) -> str:
+    """Communication per iteration (GB) of every algorithm per case (n/a: it cannot plan the case), Tofu over
+    Megatron-LM, Tofu's search seconds."""
+    by, cases, algos = _index(sources)
 
     def cell(case, a):
         r = by.get((*case, a))
@@ -33,31 +54,50 @@ def main(argv: list[str] | None = None) -> int:
             return "-"
         return f"{float(r['comm_bytes']) / 1e9:.2f}" if r["status"] == "ok" else "n/a"
 
-    print("Communication per iteration (GB); n/a: the algorithm cannot plan the case:\n")
-    print("| model | batch | k | " + " | ".join(algos) + " | tofu / megatron | Tofu search (s) |")
-    print("|---" * (len(algos) + 5) + "|")
-    ratios = []
+    lines = []
     for case in cases:
         tofu, meg = by.get((*case, "tofu")), by.get((*case, "megatron"))
         ratio = "-"
         if tofu and meg and tofu["status"] == meg["status"] == "ok":
-            ratios.append(float(tofu["comm_bytes"]) / float(meg["comm_bytes"]))
-            ratio = f"{ratios[-1]:.2f}"
+            ratio = f"{_ratio(tofu, meg, 'comm_bytes', 'tofu_over_megatron'):.2f}"
         seconds = f"{float(tofu['search_seconds']):.2f}" if tofu and tofu["status"] == "ok" else "-"
-        print(f"| {case[0]} | {case[1]} | {case[2]} | " + " | ".join(cell(case, a) for a in algos) +
-              f" | {ratio} | {seconds} |")
+        lines.append([*map(str, case), *(cell(case, a) for a in algos), ratio, seconds])
+    return markdown_table(["model", "batch", "k", *algos, "tofu / megatron", "Tofu search (s)"], lines)
+
+
+def render_shared(sources: list[Rows]) -> str:
+    """Bytes sent once per device (GB) under Tofu's and Megatron-LM's plans, where both were counted."""
+    by, cases, _ = _index(sources)
+    lines = []
+    for case in cases:
+        t, m = by.get((*case, "tofu"), {}), by.get((*case, "megatron"), {})
+        if t.get("shared_bytes") and m.get("shared_bytes"):
+            ratio = _ratio(t, m, "shared_bytes", "shared_tofu_over_megatron")
+            lines.append([*map(str, case), f"{float(t['shared_bytes']) / 1e9:.2f}",
+                          f"{float(m['shared_bytes']) / 1e9:.2f}", f"{ratio:.2f}"])
+    return markdown_table(["model", "batch", "k", "tofu", "megatron", "tofu / megatron"], lines)
+
+
+TABLES = {"transformer-comm": DocTable(render_comm), "transformer-shared": DocTable(render_shared)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("csv", type=Path)
+    args = p.parse_args(argv)
+    sources = [read_rows(args.csv)]
+    if not sources[0]:
+        print(f"{args.csv}: no rows", file=sys.stderr)
+        return 2
+    print("Communication per iteration (GB); n/a: the algorithm cannot plan the case:\n")
+    print(render_comm(sources))
+    ratios = tofu_over_megatron(sources)
     if ratios:
         print(f"\nTofu over Megatron-LM: min {min(ratios):.2f}, median {statistics.median(ratios):.2f}, max "
               f"{max(ratios):.2f} over {len(ratios)} cases; Tofu moves more in {sum(x > 1 + 1e-9 for x in ratios)} of them")
-    sent = [(case, by[(*case, "tofu")], by[(*case, "megatron")]) for case in cases
-            if all(by.get((*case, a), {}).get("shared_bytes") for a in ("tofu", "megatron"))]
-    if sent:
+    if any(r.get("shared_bytes") for r in sources[0]):
         print("\nBytes sent once per device (GB; what the runtime sends), Tofu's and Megatron-LM's plans:\n")
-        print("| model | batch | k | tofu | megatron | tofu / megatron |")
-        print("|---|---|---|---|---|---|")
-        for case, t, m in sent:
-            a, b = float(t["shared_bytes"]), float(m["shared_bytes"])
-            print(f"| {case[0]} | {case[1]} | {case[2]} | {a / 1e9:.2f} | {b / 1e9:.2f} | {a / b:.2f} |")
+        print(render_shared(sources))
     return 0
 
 
