@@ -7,12 +7,7 @@ transposed form) reads ``(y + pad - dy*dilate) // stride`` where that division i
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import IndexExpr, IndexValue, Sum, TensorVar, Var, eq, where, nary
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 _SPATIAL_NAMES = {1: ("x",), 2: ("y", "x"), 3: ("z", "y", "x")}
 _LAYOUTS = {1: "NCW", 2: "NCHW", 3: "NCDHW"}

@@ -27,15 +27,8 @@ the output, as MXNet pads the shorter shape with leading 1s).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, NoAttrs, tdl_op
-from tofu.tdl.expr import (TensorVar, ValueExpr, Var, abs_, arccos, arcsin, arctan, ceil, cos, eq, erf, erfinv,
-                           exp, expm1, floor, gamma, gammaln, ge, gt, le, log, log1p, lt, maximum, minimum, ne,
-                           reciprocal, relu, rint, round_, rsqrt, sigmoid, sign, sin, softrelu, sqrt, square,
-                           tanh, trunc, uses, where)
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 UnaryFn = Callable[[ValueExpr], ValueExpr]
 

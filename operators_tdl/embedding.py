@@ -1,18 +1,17 @@
-"""TDL descriptions of the lookup family: Embedding, one_hot, take, pick.
+"""TDL descriptions of the lookup family: Embedding, one_hot, take, pick, gather_nd.
 
-Embedding, take and pick read a tensor at an index that is itself read from an input (a data-dependent
-access, ``weight[data[b, t], e]``): the looked-up dimension cannot be narrowed by partitioning the output,
-every other dimension stays affine. Out-of-range indices are clipped, as MXNet's default mode does.
-one_hot compares each index with the class index, so it needs no data-dependent access.
+Embedding, take, pick and gather_nd read a tensor at an index that is itself read from an input (a
+data-dependent access, ``weight[data[b, t], e]``): the looked-up dimension cannot be narrowed by partitioning
+the output, every other dimension stays affine. An index read on its own as a subscript is an index into that
+dimension (its valid values, [0, n - 1], are derived from the access). MXNet truncates a fractional index
+toward zero; out-of-range indices are clipped, as MXNet's default mode does, except by gather_nd, which counts
+a negative index from the end (written in its description) and raises past either end.
+one_hot compares each index with the class index, so it needs no data-dependent access; it declares the
+indices' valid values with ``valid=`` (an index outside them gives a row of off values).
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import IndexValue, TensorVar, ValueExpr, Var, eq, where
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,9 @@ class OneHotAttrs:
 ])
 def one_hot(indices: TensorVar, attrs: OneHotAttrs) -> Callable:
     """out[..., c] = on_value if indices[...] == c else off_value  (out-of-range indices give all off)."""
-    return lambda *o: where(eq(indices[o[:-1]], IndexValue(o[-1])), attrs.on_value, attrs.off_value)
+    classes = (0, attrs.depth - 1)
+    return lambda *o: where(eq(indices.at(o[:-1], valid=classes), IndexValue(o[-1])), attrs.on_value,
+                            attrs.off_value)
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,32 @@ def pick(data: TensorVar, index: TensorVar, attrs: PickAttrs) -> Callable:
         rest = (*o[:axis], *o[axis + 1:]) if attrs.keepdims else o
         at = index[_with(rest, axis, 0) if index.ndim == data.ndim else rest]
         return data[_with(rest, axis, at)]
+    return out
+
+
+@tdl_op("gather_nd", inputs=("data", "indices"), cases=[
+    Case(shapes=((3, 4), (2, 5)), ints=((1, 3),), negative=(1,)),            # negatives wrap
+    Case(shapes=((4, 4, 2), (1, 2, 3)), ints=((1, 4),), negative=(1,)),
+    Case(shapes=((3, 3, 5), (2, 4)), ints=((1, 3),)),
+])
+def gather_nd(data: TensorVar, indices: TensorVar, attrs: NoAttrs) -> Callable:
+    """out[y.., x..] = data[indices[0, y..], .., indices[M-1, y..], x..]  (M = indices.shape[0]; an index i < 0
+    reads i + n, n the extent it indexes)."""
+    m = indices.shape[0]
+    if m > data.ndim:
+        raise TDLError(f"gather_nd: indices address {m} dimensions, data has {data.ndim}")
+    ny = indices.ndim - 1
+
+    def wrapped(d: int, ys: tuple) -> ValueExpr:
+        """indices[d, ys..] as an index into dimension d of data: valid in [-n, n - 1], negatives count from
+        the end (MXNet raises outside)."""
+        n = data.shape[d]
+        i = indices.at((d, *ys), valid=(-n, n - 1))
+        return where(lt(i, 0.0), i + n, i)
+
+    def out(*o: Var) -> ValueExpr:
+        ys, xs = o[:ny], o[ny:]
+        return data[(*(wrapped(d, ys) for d in range(m)), *xs)]
     return out
 
 

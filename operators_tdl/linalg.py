@@ -10,14 +10,10 @@ cases cannot generate, and MXNet fails on the random normal inputs they use.)
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, NoAttrs, tdl_op
-from tofu.tdl.expr import Opaque, Sum, TensorVar, ValueExpr, Var, log
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
 @dataclass(frozen=True)

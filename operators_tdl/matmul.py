@@ -8,11 +8,7 @@ access stays affine: FullyConnected with ``flatten=True`` contracts one variable
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
-from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import Sum, TensorVar, nary
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
 def row_major(indices: Sequence, shape: Sequence[int]):

@@ -8,13 +8,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_expansion, tdl_op
-from tofu.tdl.expr import Computed, IndexExpr, Sum, TensorVar, compute, rsqrt, sqrt, square, uses, nary
-
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 _AFFINE = itertools.count()       # names of the zero statistics of batch_norm_exchange's affine kernels
 

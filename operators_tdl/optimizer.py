@@ -8,10 +8,7 @@ The gradient is first rescaled and, when ``clip_gradient >= 0``, clipped to [-cl
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import TensorVar, ValueExpr, maximum, minimum, sqrt
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
 def clipped(g: ValueExpr, clip_gradient: float) -> ValueExpr:

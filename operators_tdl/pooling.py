@@ -7,12 +7,9 @@ pooling is the number of window positions MXNet counts, an index function (no te
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 from operators_tdl.conv import per_dim, spatial_params, window_index, window_names
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import NEG_INF, IndexValue, Max, Sum, TensorVar, ValueExpr, Var, ge, lt, maximum, nary
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,7 @@ the output needs no input and no exchange; models use it for positions and causa
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import IndexValue
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""TDL descriptions of MXNet's reductions over axes: sum, mean, max, min, prod, nansum, nanprod, norm, and the
-index reductions argmax, argmin, argmax_channel.
+"""TDL descriptions of MXNet's reductions over axes: sum, mean, max, min, prod, nansum, nanprod, norm, moments,
+and the index reductions argmax, argmin, argmax_channel.
 
 Each output element is one ``Sum``/``Max``/``Min``/``Prod`` over the reduced axes (a single reduction over all
 of them, so that splitting any reduced axis is one partition-n-reduce). Kept axes are read with the output's
@@ -9,20 +9,19 @@ MXNet's axis convention (checked against MXNet 1.9.1): ``axis=None`` or ``axis=(
 with ``exclude``) and, without keepdims, gives shape (1,); ``exclude=True`` reduces the axes *not* listed;
 negative axes count from the end.
 
+moments has two outputs, the mean and the (biased) variance, which reads the mean: its reduced axes are not
+split (partition-n-reduce is derived for single-output operators; ``tofu ops --op moments`` says why), its kept
+axes are.
+
 argmax and argmin return a position, not a combination of values, so they are no partition-n-reduce: an
 ``Opaque`` numpy function takes each whole line of the reduced axis (which therefore cannot be split); every
 other axis partitions. Ties give the first position, as in MXNet.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, NoAttrs, tdl_op
 import numpy as np
 
-from tofu.tdl.expr import Max, Min, Opaque, Prod, Sum, TensorVar, ValueExpr, Var, abs_, nary, ne, sqrt, square, where
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 Reducer = Callable[..., ValueExpr]
 
@@ -129,6 +128,31 @@ def norm(data: TensorVar, attrs: NormAttrs):
         sum_sq = reduction(data, axes, attrs.keepdims, Sum, square)
         return lambda *o: sqrt(sum_sq(*o))
     raise TDLError(f"norm: ord={attrs.ord} is not supported by MXNet (only 1 and 2)")
+
+
+@dataclass(frozen=True)
+class MomentsAttrs:
+    axes: tuple[int, ...] | None = None
+    keepdims: bool = False
+
+
+@tdl_op("moments", inputs=("data",), outputs=("mean", "var"), attrs=MomentsAttrs, cases=[
+    Case(shapes=((2, 3, 4),), attrs={"axes": (1,)}),
+    Case(shapes=((2, 3, 4),), attrs={"axes": (0, 2), "keepdims": True}),
+    Case(shapes=((3, 4),), attrs={"axes": (-1,)}),
+])
+def moments(data: TensorVar, attrs: MomentsAttrs, *, out_shapes: Sequence[tuple[int, ...]]):
+    """mean[o] = sum_k data[o, k] / |k|,  var[o] = sum_k (data[o, k] - mean[o])^2 / |k|  over the axes k."""
+    if not attrs.axes:
+        raise TDLError("moments: MXNet needs the axes to reduce (axes=...)")
+    axes = reduced_axes(data.ndim, attrs.axes, False, "moments")
+    n = _count(data, axes)
+    total = reduction(data, axes, attrs.keepdims, Sum)
+    mean = compute("mean", out_shapes[0], lambda *o: total(*o) / n)
+
+    def var(*o: Var) -> ValueExpr:
+        return reduction(data, axes, attrs.keepdims, Sum, lambda v: square(v - mean[o]))(*o) / n
+    return (lambda *o: total(*o) / n), var
 
 
 @dataclass(frozen=True)

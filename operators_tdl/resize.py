@@ -11,13 +11,9 @@ index (constant: the fill value outside the tensor).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 from operators_tdl.conv import DeconvolutionAttrs, deconvolution
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import IndexExpr, IndexValue, Sum, TensorVar, ValueExpr, Var, ge, lt, where
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
 @dataclass(frozen=True)

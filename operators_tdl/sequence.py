@@ -7,15 +7,15 @@ with fractional lengths), so the descriptions read floor(length).
 
 SequenceLast and SequenceReverse read data at a time index computed from the lengths (a data-dependent
 access): the time axis of data is read whole, every other axis partitions.
+
+Each description declares the lengths' valid values with ``valid=``: [0, T] for SequenceMask and
+SequenceReverse, [1, T] for SequenceLast (T the time extent). Outside them MXNet 1.9.1 reads or writes out of
+bounds (a negative length to SequenceMask aborts the process), so run-time inputs are drawn from and checked
+against them.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, tdl_op
-from tofu.tdl.expr import IndexValue, TensorVar, ValueExpr, Var, floor, lt, where
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,9 @@ def sequence_mask(data: TensorVar, sequence_length: TensorVar | None, attrs: Seq
     t_axis, b_axis = _time_batch(attrs, "SequenceMask")
     if lengths is None:
         return lambda *i: data[i]
-    return lambda *i: where(lt(IndexValue(i[t_axis]), floor(lengths[i[b_axis]])), data[i], attrs.value)
+    valid = (0, data.shape[t_axis])
+    return lambda *i: where(lt(IndexValue(i[t_axis]), floor(lengths.at(i[b_axis], valid=valid))), data[i],
+                            attrs.value)
 
 
 @tdl_op("SequenceLast", inputs=("data", "sequence_length?"), attrs=SequenceAttrs, cases=[
@@ -65,7 +67,8 @@ def sequence_last(data: TensorVar, sequence_length: TensorVar | None, attrs: Seq
     t_axis, _ = _time_batch(attrs, "SequenceLast")
 
     def out(b: Var, *rest: Var) -> ValueExpr:
-        last = floor(lengths[b]) - 1.0 if lengths is not None else data.shape[t_axis] - 1
+        steps = data.shape[t_axis]
+        last = floor(lengths.at(b, valid=(1, steps))) - 1.0 if lengths is not None else steps - 1
         return data[(last, b, *rest) if t_axis == 0 else (b, last, *rest)]
     return out
 
@@ -85,6 +88,6 @@ def sequence_reverse(data: TensorVar, sequence_length: TensorVar | None, attrs: 
         return lambda t, b, *rest: data[(steps - 1 - t, b, *rest)]
 
     def out(t: Var, b: Var, *rest: Var) -> ValueExpr:
-        n = floor(lengths[b])
+        n = floor(lengths.at(b, valid=(0, data.shape[0])))
         return where(lt(IndexValue(t), n), data[(n - 1.0 - IndexValue(t), b, *rest)], data[(t, b, *rest)])
     return out

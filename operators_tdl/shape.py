@@ -11,14 +11,9 @@ worker's shard of it gives MXNet's kernel the shard's extents.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, NoAttrs, tdl_op
-from tofu.tdl.expr import IndexExpr, IndexValue, TensorVar, ValueExpr, Var, eq, lt, uses, where
 
 from operators_tdl.elementwise import broadcast_read
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 Shape = tuple[int, ...]
 

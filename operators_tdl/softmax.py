@@ -10,12 +10,9 @@ softmax_cross_entropy sums the log form over the batch: a batch split is a parti
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import math
 
-from tofu.errors import TDLError
-from tofu.tdl.describe import Case, NoAttrs, tdl_expansion, tdl_op
-from tofu.tdl.expr import Max, Sum, TensorVar, ValueExpr, Var, compute, exp, log, uses
+from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
 def _reduce(reducer: Callable, n: int, body: Callable[[tuple[Var, ...]], ValueExpr]) -> ValueExpr:
@@ -146,14 +143,15 @@ class SoftmaxOutputAttrs:
 def softmax_output(data: TensorVar, label: TensorVar, attrs: SoftmaxOutputAttrs) -> Callable:
     """Forward: softmax of data (n, c, ...) over c (multi_output), over the last axis (preserve_shape), else
     over all axes but the first (MXNet flattens to (n, -1)). The label (data's shape without the softmax axis;
-    n alone in the 2-D case) is read by the gradient only: declared with ``uses``."""
+    n alone in the 2-D case) is read by the gradient only: declared with ``uses``, its values class indices."""
     if attrs.multi_output:
-        out, label_dims = _softmax(data, [1]), lambda i: (i[0], *i[2:])
+        axes, label_dims = [1], lambda i: (i[0], *i[2:])
     elif attrs.preserve_shape:
-        out, label_dims = _softmax(data, [-1]), lambda i: i[:-1]
+        axes, label_dims = [data.ndim - 1], lambda i: i[:-1]
     else:
-        out, label_dims = _softmax(data, range(1, data.ndim)), lambda i: i[:max(1, data.ndim - 1)]
-    return lambda *i: uses(out(*i), label[label_dims(i)])
+        axes, label_dims = range(1, data.ndim), lambda i: i[:max(1, data.ndim - 1)]
+    out, classes = _softmax(data, axes), math.prod(data.shape[a] for a in axes)
+    return lambda *i: uses(out(*i), label.at(label_dims(i), valid=(0, classes - 1)))
 
 
 # SoftmaxOutput declares no expansion on purpose: its backward ignores the head gradient and returns

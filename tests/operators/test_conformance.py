@@ -17,13 +17,17 @@ CASES = [(op, case) for op, spec in sorted(SPECS.items()) for case in spec.cases
 
 
 def random_inputs(case, seed=0):
+    """One array per input of ``case``, drawn as its fields say (docs/tdl.md, "Cases"), float32."""
     rng = np.random.default_rng(seed)
-    ints = dict(case.ints)
     bounds = {i: (low, high) for i, low, high in case.uniform}
     out = []
     for i, shape in enumerate(case.shapes):
-        if i in ints:
-            out.append(rng.integers(0, ints[i], size=shape).astype(np.float32))
+        ints = case.int_range(i)
+        if ints is not None and i in case.unique:
+            values = rng.permutation(np.arange(*ints))[:int(np.prod(shape))]
+            out.append(values.reshape(shape).astype(np.float32))
+        elif ints is not None:
+            out.append(rng.integers(*ints, size=shape).astype(np.float32))
         elif i in bounds:
             out.append(rng.uniform(*bounds[i], size=shape).astype(np.float32))
         elif i in case.positive:

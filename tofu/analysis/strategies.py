@@ -11,7 +11,9 @@ A basic strategy splits one index variable ``v`` evenly over k workers, worker w
 * ``v`` a reduction variable of the output's top-level reduction (partition-n-reduce): each worker computes
   a full-size partial output over its share of the reduction; partials are combined with the reduction's
   operator (:class:`PartialSum`). Terms added outside the reduction (a bias) must be counted once: the inputs
-  read only there are given to worker 0 alone (``once_inputs``), the others read zeros.
+  read only there are given to worker 0 alone (``once_inputs``), the others read zeros. This is derived for
+  single-output operators only; the reduction variables of a multi-output operator (``moments``) are reported
+  as :class:`Unsplittable`, with the reason.
 
 The input regions come from the symbolic interval analysis (:mod:`tofu.analysis.interval`) of every access
 of the description, intermediate (``compute``) tensors included: an access of an intermediate tensor gives
@@ -189,7 +191,44 @@ def _analyse(desc: OpDescription) -> Analysis:
                 s = _reduce_strategy(desc, reduce, v, extent, once_terms)
                 if s is not None:
                     strategies.append(s)
+    else:
+        unsplittable.extend(_multi_output_reductions(desc))
     return Analysis(desc.op, tuple(strategies), tuple(unsplittable))
+
+
+def _multi_output_reductions(desc: OpDescription) -> list[Unsplittable]:
+    """The variables of the top-level reductions of a multi-output operator, each with why it is not split.
+
+    Partition-n-reduce is derived for single-output operators only: a PartialSum strategy, the kernel forms
+    that run it and the rewrite combine one partial output. Splitting a reduction of several outputs would need
+    every output to be a reduction over that variable whose partials combine on their own; ``moments`` is the
+    counter-example: its variance is centred on the mean, itself a reduction over the same range, so a worker's
+    partial variance needs the whole mean.
+    """
+    reducing: dict[str, list[str]] = {}
+    nested: dict[str, str] = {}           # output -> an intermediate reduction its reduction body reads
+    for out in desc.outputs:
+        root = reduction_root(out.body)
+        if root is None:
+            continue
+        for v in root[0].vars:
+            reducing.setdefault(v.name, []).append(out.name)
+        for acc in _accesses_deep(root[0].body):
+            if isinstance(acc.tensor, Computed) and reduction_root(acc.tensor.body) is not None:
+                nested.setdefault(out.name, acc.tensor.name)
+                break
+    found = []
+    for var, outs in reducing.items():
+        which = " and ".join(f"'{o}'" for o in outs)
+        reason = (f"reduction variable of output{'s' if len(outs) > 1 else ''} {which}: partition-n-reduce is "
+                  f"derived for single-output operators only, and this one has {len(desc.outputs)} outputs")
+        for o in outs:
+            if o in nested:
+                reason += (f"; '{o}' reads '{nested[o]}', itself a reduction over the whole range, so a worker's "
+                           f"partial '{o}' would need the whole '{nested[o]}'")
+                break
+        found.append(Unsplittable(var, reason))
+    return found
 
 
 def _output_strategy(desc: OpDescription, name: str) -> SymbolicStrategy:

@@ -4,10 +4,15 @@ Input: a :class:`~tofu.graph.ir.Graph`. Output: whole tensors by name (numpy), a
 own ``.params`` format (``arg:NAME`` / ``aux:NAME`` keys, as ``mx.model.save_checkpoint`` writes them) holding
 whole tensors, so a model trained partitioned loads unpartitioned and the reverse. A checkpoint's plan, when
 there is one, is saved beside it (``NAME.plan.json``).
+
+A synthetic batch gives every input that an operator reads as indices or lengths valid integers, derived from
+the operators' TDL descriptions (:func:`index_uses`); ``NAME=int:LOW:HIGH`` (:func:`parse_input_option`) sets
+an input's range, and :func:`check_inputs` refuses values that would drive a kernel out of bounds.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,24 +46,150 @@ def initial_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     return values
 
 
-def synthetic_batch(graph: Graph, seed: int = 1) -> dict[str, np.ndarray]:
-    """One batch of data and labels: labels uniform over the classes of the loss they feed, token ids over the
-    vocabulary of the Embedding reading them, other data standard normal."""
+class InputOptionError(TofuError):
+    """An input option (``NAME=int:LOW:HIGH``) that cannot be parsed or names no input of the model."""
+
+
+class InputValueError(TofuError):
+    """Input values that an operator reads as indices or lengths lie outside their valid range."""
+
+
+@dataclass(frozen=True)
+class IntInput:
+    """Values for one model input: integers drawn uniformly from ``[low, high]``, both included."""
+
+    name: str
+    low: int
+    high: int
+
+
+@dataclass(frozen=True)
+class IndexUse:
+    """The integers a model input must hold because an operator reads it as indices or lengths: ``[low, high]``,
+    both included, and which node reads it so (the intersection when several do)."""
+
+    low: int
+    high: int
+    reason: str          # "SequenceLast node 'last' reads it as an index or a length (its description's valid=)"
+
+
+_INPUT_FORM = "expected NAME=int:LOW:HIGH, e.g. seq_len=int:1:20"
+
+
+def parse_input_option(text: str) -> IntInput:
+    """Parses ``NAME=int:LOW:HIGH``: input NAME gets integers drawn uniformly from LOW to HIGH, both included.
+
+    >>> parse_input_option("seq_len=int:1:20")
+    IntInput(name='seq_len', low=1, high=20)
+
+    Raises:
+        InputOptionError: not of that form, bounds that are not integers, or LOW > HIGH (one line).
+    """
+    name, eq, spec = text.partition("=")
+    name = name.strip()
+    if not eq or not name:
+        raise InputOptionError(f"input option '{text}': no input name before '=' ({_INPUT_FORM})")
+    parts = spec.split(":")
+    if len(parts) != 3 or parts[0].strip() != "int":
+        raise InputOptionError(f"input option '{text}': '{spec}' is not int:LOW:HIGH ({_INPUT_FORM})")
+    try:
+        low, high = int(parts[1]), int(parts[2])
+    except ValueError:
+        raise InputOptionError(f"input option '{text}': LOW and HIGH must be integers, got '{parts[1]}' and "
+                               f"'{parts[2]}' ({_INPUT_FORM})") from None
+    if low > high:
+        raise InputOptionError(f"input option '{text}': LOW {low} is greater than HIGH {high}")
+    return IntInput(name, low, high)
+
+
+def synthetic_batch(graph: Graph, seed: int = 1, overrides: Sequence[IntInput] = ()) -> dict[str, np.ndarray]:
+    """One batch of data and labels, drawn reproducibly from ``seed``: an input that an operator reads as
+    indices or lengths (:func:`index_uses`: token ids, labels, sequence lengths, gather indices) gets integers
+    uniform over its valid range, every other input standard normal values; ``overrides`` (from
+    :func:`parse_input_option`) give an input integers from their own range instead. The batch is checked
+    with :func:`check_inputs` before it is returned.
+
+    Raises:
+        InputOptionError: an override names no data or label input of ``graph``, or names one twice.
+        InputValueError: an override's range leaves the valid range of an input read as indices or lengths.
+    """
+    inputs = [t for t in graph.tensors if t.producer is None and t.role in (Role.DATA, Role.LABEL)]
+    given: dict[str, IntInput] = {}
+    for o in overrides:
+        if o.name in given:
+            raise InputOptionError(f"input '{o.name}' is given twice")
+        given[o.name] = o
+    unknown = sorted(set(given) - {t.name for t in inputs})
+    if unknown:
+        raise InputOptionError(f"the model has no input '{unknown[0]}' (its inputs: "
+                               f"{', '.join(t.name for t in inputs) or 'none'})")
+    uses = index_uses(graph)
+    for o in given.values():
+        use = uses.get(o.name)
+        if use is not None and not use.low <= o.low <= o.high <= use.high:
+            raise InputValueError(f"input '{o.name}' given int:{o.low}:{o.high}, outside [{use.low}, {use.high}]: "
+                                  f"{use.reason}")
     rng = np.random.default_rng(seed)
     batch = {}
-    for t in graph.tensors:
-        if t.producer is not None or t.role not in (Role.DATA, Role.LABEL):
-            continue
-        high = _integer_range(graph, t.id)
-        if high is not None:
-            batch[t.name] = rng.integers(0, high, t.shape).astype(np.float32)
+    for t in inputs:
+        r = given.get(t.name) or uses.get(t.name)
+        if r is not None:
+            batch[t.name] = rng.integers(r.low, r.high + 1, t.shape).astype(np.float32)
         else:
             batch[t.name] = rng.standard_normal(t.shape).astype(np.float32)
+    check_inputs(graph, batch)
     return batch
 
 
-def _integer_range(graph: Graph, tensor: int) -> int | None:
-    """Classes or vocabulary size when ``tensor`` (through reshapes) feeds a loss's label or an Embedding."""
+def check_inputs(graph: Graph, batch: Mapping[str, np.ndarray]) -> None:
+    """Refuses, before MXNet sees them, values that an operator would read as an index or a length outside its
+    valid range (some kernels then read or write out of bounds: SequenceMask with a negative length aborts).
+
+    Raises:
+        InputValueError: the first such input, its offending value and which node reads it (one line).
+    """
+    for name, use in index_uses(graph).items():
+        if name not in batch:
+            continue
+        values = np.asarray(batch[name])
+        bad = ~((values >= use.low) & (values <= use.high))       # NaN is bad too
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            raise InputValueError(f"input '{name}' holds {float(values[at]):g} at {list(at)}, outside "
+                                  f"[{use.low}, {use.high}]: {use.reason}")
+
+
+def index_uses(graph: Graph) -> dict[str, IndexUse]:
+    """Per data or label input of ``graph`` that some operator reads as indices or lengths, the integers it
+    must hold, derived from the operators' TDL descriptions (:func:`tofu.tdl.describe.index_ranges`): an index
+    into a dimension of extent n holds [0, n - 1], a declared ``valid=(low, high)`` range holds [low, high]. The
+    values are followed through operators that only move them (Reshape, Flatten, transpose, slices: every
+    output of the description reads the input at affine indices); several readers intersect.
+
+    Raises:
+        InputValueError: two readers of one input want disjoint ranges (no valid value exists).
+    """
+    found: dict[str, IndexUse] = {}
+    for t in graph.tensors:
+        if t.producer is not None or t.role not in (Role.DATA, Role.LABEL):
+            continue
+        readers = list(dict.fromkeys((node.op, node.name, r) for node, _, r in _index_readers(graph, t.id)))
+        if not readers:
+            continue
+        low, high = max(r.low for *_, r in readers), min(r.high for *_, r in readers)
+        reasons = [f"{op} node '{name}' reads it as {r.reason}" + (f" in {r}" if len(readers) > 1 else "")
+                   for op, name, r in readers]
+        if low > high:
+            raise InputValueError(f"input '{t.name}': no value is valid for all its readers: {'; '.join(reasons)}")
+        found[t.name] = IndexUse(low, high, "; ".join(reasons))
+    return found
+
+
+def _index_readers(graph: Graph, tensor: int):
+    """(node, input position, IndexRange) for every node that reads ``tensor``'s values as indices or lengths,
+    directly or through operators that only move values."""
+    from tofu.tdl.describe import describe, index_ranges
+
     frontier, seen = [tensor], set()
     while frontier:
         t = frontier.pop()
@@ -67,13 +198,29 @@ def _integer_range(graph: Graph, tensor: int) -> int | None:
         seen.add(t)
         for n in graph.consumers(t):
             node = graph.nodes[n]
-            if node.op == "Embedding" and node.inputs[0] == t:
-                return int(node.attrs["input_dim"])
-            if node.op in ("SoftmaxOutput", "softmax_cross_entropy") and len(node.inputs) > 1 and node.inputs[1] == t:
-                return int(graph.tensors[node.inputs[0]].shape[-1])
-            if node.op in ("Reshape", "reshape", "Flatten", "flatten", "expand_dims", "squeeze"):
-                frontier.extend(node.outputs)
-    return None
+            try:
+                desc = describe(node.op, node.attrs, [graph.tensors[i].shape for i in node.inputs],
+                                [graph.tensors[o].shape for o in node.outputs], node=node.name)
+            except TofuError:      # no description (a loss added for training): it reads no index
+                continue
+            ranges = index_ranges(desc)
+            for p, i in enumerate(node.inputs):
+                if i != t:
+                    continue
+                if p in ranges:
+                    yield node, p, ranges[p]
+                if _moves_values(desc, p):
+                    frontier.extend(node.outputs)
+
+
+def _moves_values(desc, p: int) -> bool:
+    """Every output of ``desc`` is input ``p`` read at affine indices (its values, moved)."""
+    from tofu.tdl.expr import Access, IndexExpr
+
+    source = desc.inputs[p] if p < len(desc.inputs) else None
+    return bool(desc.outputs) and all(
+        isinstance(o.body, Access) and o.body.tensor is source and all(isinstance(i, IndexExpr) for i in o.body.index)
+        for o in desc.outputs)
 
 
 def loss(graph: Graph, outputs: Mapping[str, np.ndarray], batch: Mapping[str, np.ndarray]) -> float:

@@ -14,11 +14,15 @@ Input names ending in ``?`` are optional (absent ones arrive as None), a single 
 of inputs (as a tuple). The function returns one lambda, or a tuple with one lambda per output. A builder
 that declares a keyword parameter ``out_shapes`` receives the output shapes (from MXNet's shape inference),
 for operators such as Reshape whose semantics depends on them.
+
+:func:`index_ranges` reads an instantiated description for the inputs it reads as integer indices or lengths
+(and their valid ranges), which the run time uses to draw and check such inputs.
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,7 +32,7 @@ from pathlib import Path
 from tofu import registry
 from tofu.errors import TDLError, TofuError
 from tofu.graph.attrs import Attrs, AttrValue
-from tofu.tdl.expr import TensorVar, ValueExpr, Var, call_lambda, lambda_vars
+from tofu.tdl.expr import Access, Computed, TensorVar, ValueExpr, Var, call_lambda, children, lambda_vars
 
 Shape = tuple[int, ...]
 
@@ -46,18 +50,47 @@ class Case:
         shapes: one shape per input, in input order.
         attrs: MXNet attribute values as Python values.
         ints: ``(input position, n)``: that input holds integers drawn from [0, n) (indices, labels).
-        positive: positions of inputs drawn from positive values (variances).
+        negative: positions of ``ints`` inputs drawn from [-n, n) instead: negative indices, for operators
+            that count them from the end (gather_nd).
+        unique: positions of ``ints`` inputs whose values are all distinct (drawn without replacement), for
+            operators that write at the indices (a repeated index makes the result depend on the write order).
+        positive: positions of inputs drawn from [0.5, 2) (variances, arguments of log or sqrt).
         uniform: ``(input position, low, high)``: that input is drawn uniformly from [low, high) (arguments of
-            arcsin or arccosh, fractional sequence lengths).
+            arcsin or arccosh, fractional sequence lengths or indices).
         train: run MXNet's operator in training mode (BatchNorm's batch statistics).
+
+    Raises:
+        TDLError: ``negative`` or ``unique`` names an input that ``ints`` does not, or a ``unique`` input has
+            more elements than its range has integers.
     """
 
     shapes: tuple[Shape, ...]
     attrs: Mapping[str, AttrValue] = field(default_factory=dict)
     ints: tuple[tuple[int, int], ...] = ()
+    negative: tuple[int, ...] = ()
+    unique: tuple[int, ...] = ()
     positive: tuple[int, ...] = ()
     uniform: tuple[tuple[int, float, float], ...] = ()
     train: bool = False
+
+    def __post_init__(self):
+        ints = dict(self.ints)
+        for name, positions in (("negative", self.negative), ("unique", self.unique)):
+            for i in positions:
+                if i not in ints:
+                    raise TDLError(f"Case {self}: {name} input {i} is not drawn as integers (add ({i}, n) to ints)")
+        for i in self.unique:
+            size, count = math.prod(self.shapes[i]), ints[i] * (2 if i in self.negative else 1)
+            if size > count:
+                raise TDLError(f"Case {self}: unique input {i} has {size} elements but only {count} distinct "
+                               f"integers to draw from")
+
+    def int_range(self, i: int) -> tuple[int, int] | None:
+        """``[low, high)`` of the integers input ``i`` is drawn from, None if it is not drawn as integers."""
+        n = dict(self.ints).get(i)
+        if n is None:
+            return None
+        return (-n, n) if i in self.negative else (0, n)
 
     def parsed_attrs(self) -> Attrs:
         return Attrs.of(**self.attrs)
@@ -117,6 +150,72 @@ class OpDescription:
     inputs: tuple[TensorVar, ...]
     outputs: tuple[OutputDef, ...]
     source: str = ""
+
+
+@dataclass(frozen=True)
+class IndexRange:
+    """The integers an operator reads an input as: indices or lengths in ``[low, high]``, both included."""
+
+    low: int
+    high: int
+    reason: str          # "an index into dimension 0 of 'weight' (extent 7)", ...
+
+    def __str__(self) -> str:
+        return f"[{self.low}, {self.high}]"
+
+
+def index_ranges(desc: OpDescription) -> dict[int, IndexRange]:
+    """Per input position, the integers the operator reads that input as, derived from the description:
+
+    * an input read on its own as a data-dependent subscript (``weight[data[b, t], e]``) is an index into the
+      dimension it subscripts, of extent n: ``[0, n - 1]``;
+    * an access declared with ``valid=(low, high)`` (``lengths.at(b, valid=(1, T))``, a wrapped index of
+      gather_nd) holds ``[low, high]``.
+
+    Several constraints on one input intersect. Inputs read as plain values are absent.
+
+    Raises:
+        TDLError: the constraints on one input do not intersect (a malformed description).
+    """
+    return dict(_index_ranges(desc))
+
+
+@lru_cache(maxsize=1024)
+def _index_ranges(desc: OpDescription) -> tuple[tuple[int, IndexRange], ...]:
+    position = {id(t): i for i, t in enumerate(desc.inputs)}
+    found: dict[int, IndexRange] = {}
+
+    def add(tensor, low: int, high: int, reason: str) -> None:
+        i = position.get(id(tensor))
+        if i is None:
+            return
+        r = found.get(i)
+        if r is None:
+            found[i] = IndexRange(low, high, reason)
+            return
+        lo, hi = max(low, r.low), min(high, r.high)
+        if lo > hi:
+            raise TDLError(f"{desc.op} in {desc.source}: input '{tensor.name}' is read as {r.reason} and as "
+                           f"{reason}: no integer is both")
+        if (lo, hi) != (r.low, r.high):
+            found[i] = IndexRange(lo, hi, reason if (lo, hi) == (low, high) else f"{r.reason}; {reason}")
+
+    stack: list[ValueExpr] = [o.body for o in desc.outputs]
+    seen: set[int] = set()
+    while stack:
+        e = stack.pop()
+        if isinstance(e, Access):
+            if e.valid is not None:
+                add(e.tensor, *e.valid, "an index or a length (its description's valid=)")
+            for d, sub in enumerate(e.index):
+                if isinstance(sub, Access) and sub.valid is None and not sub.sliced:
+                    n = e.tensor.shape[d]
+                    add(sub.tensor, 0, n - 1, f"an index into dimension {d} of '{e.tensor.name}' (extent {n})")
+            if isinstance(e.tensor, Computed) and id(e.tensor) not in seen:
+                seen.add(id(e.tensor))
+                stack.append(e.tensor.body)
+        stack.extend(children(e))
+    return tuple(sorted(found.items()))
 
 
 def tdl_op(op: str, *, inputs: Sequence[str], outputs: Sequence[str] = ("output",),

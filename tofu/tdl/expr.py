@@ -165,8 +165,8 @@ def as_index(x, what: str = "index") -> IndexExpr:
     if isinstance(x, (int,)) and not isinstance(x, bool):
         return Affine((), int(x))
     if isinstance(x, ValueExpr):
-        raise TDLError(f"a value ({x}) is used in index arithmetic '{what}'; data-dependent indices may only "
-                       f"appear alone in a tensor access")
+        raise TDLError(f"a value ({x}) is used in index arithmetic '{what}'; to index with a value, write the "
+                       f"whole subscript as a value (index variables lifted with IndexValue: IndexValue(i) + value)")
     raise TDLError(f"{x!r} is not an index expression")
 
 
@@ -313,11 +313,14 @@ Subscript = Union[IndexExpr, ValueExpr, _Full]
 @dataclass(frozen=True)
 class Access(ValueExpr):
     """``tensor[index]``. An index that is a value is data-dependent (e.g. Embedding's lookup).
-    ``fill`` is the value read outside the tensor (zero padding of a convolution); None forbids it."""
+    ``fill`` is the value read outside the tensor (zero padding of a convolution); None forbids it.
+    ``valid`` declares that the values read are integers in ``[low, high]`` (both included): indices or lengths
+    the operator needs in range (see :func:`tofu.tdl.describe.index_ranges`). It does not change the value."""
 
     tensor: "TensorLike"
     index: tuple[Subscript, ...]
     fill: float | None = None
+    valid: tuple[int, int] | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         return f"{self.tensor.name}[{', '.join(map(str, self.index))}]"
@@ -386,8 +389,14 @@ class TensorLike:
     def __getitem__(self, index) -> Access:
         return self.at(index)
 
-    def at(self, index, fill: float | None = None) -> Access:
-        """An access; with ``fill``, reads outside the tensor give ``fill`` (padding)."""
+    def at(self, index, fill: float | None = None, valid: tuple[int, int] | None = None) -> Access:
+        """An access; with ``fill``, reads outside the tensor give ``fill`` (padding); with ``valid=(low, high)``,
+        the values read are integers in [low, high] (an index or a length the operator needs in range)."""
+        if valid is not None:
+            if isinstance(self, Computed):
+                raise TDLError(f"access of '{self.name}': valid= declares the values of an input, and "
+                               f"'{self.name}' is an intermediate tensor")
+            valid = _valid_range(self.name, valid)
         if not isinstance(index, tuple):
             index = (index,)
         if len(index) == 1 and isinstance(index[0], tuple):
@@ -405,11 +414,19 @@ class TensorLike:
                 subs.append(i)
             else:
                 subs.append(as_index(i))
-        return Access(self, tuple(subs), fill)
+        return Access(self, tuple(subs), fill, valid)
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+
+def _valid_range(name: str, valid) -> tuple[int, int]:
+    ok = isinstance(valid, tuple) and len(valid) == 2 and all(
+        isinstance(v, int) and not isinstance(v, bool) for v in valid)
+    if not ok or valid[0] > valid[1]:
+        raise TDLError(f"access of '{name}': valid={valid!r} must be a pair of integers (low, high) with low <= high")
+    return valid
 
 
 @dataclass(frozen=True, eq=False)

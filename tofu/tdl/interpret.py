@@ -3,7 +3,9 @@
 It gives the description's meaning independently of MXNet, so that the conformance test can compare the
 two. Evaluation is vectorized: every index variable in scope owns one axis of a broadcast grid, an access is
 one advanced-indexing gather, and a reduction adds axes for its variables and reduces them away.
-Arithmetic is in float64.
+Arithmetic is in float64. A data-dependent subscript (a value) is truncated toward zero, as MXNet casts a float
+index to an integer, and clipped to the dimension, as MXNet's ``clip`` mode does (take, pick, Embedding); a
+description whose operator does otherwise (gather_nd wraps negative indices) says so in its value arithmetic.
 """
 from __future__ import annotations
 
@@ -159,8 +161,8 @@ class _Evaluator:
                 subs.append(_axis(len(dims) + k, n, nd))
                 k += 1
                 continue
-            if isinstance(sub, ValueExpr):      # data-dependent: clip like MXNet's lookup
-                i = _lift(np.rint(self.value(sub, env, dims)).astype(np.int64), nd)
+            if isinstance(sub, ValueExpr):      # data-dependent: truncated toward zero, then clipped (MXNet's clip)
+                i = _lift(np.trunc(self.value(sub, env, dims)).astype(np.int64), nd)
                 subs.append(np.clip(i, 0, n - 1))
                 continue
             i = _lift(self.index(sub, env, dims), nd)
