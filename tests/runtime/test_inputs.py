@@ -154,3 +154,35 @@ def test_a_network_with_sequence_lengths_trains(tmp_path):
                           capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "passed" in done.stdout
+
+
+def test_the_input_option_of_tofu_run(capsys, tmp_path):
+    """``--input NAME=int:LOW:HIGH`` reaches the batch; a range outside what the op reads is refused in one line."""
+    import json
+
+    import mxnet as mx
+
+    from tests.test_cli import assert_one_line_error, run
+
+    x = mx.sym.SequenceMask(mx.sym.var("data"), mx.sym.var("lengths"), use_sequence_length=True, name="mask")
+    y = mx.sym.FullyConnected(mx.sym.reshape(mx.sym.transpose(x, axes=(1, 0, 2)), shape=(4, -1)), num_hidden=3,
+                              name="fc")
+    path = tmp_path / "seq.json"
+    y.save(str(path))
+    shapes = ("--shape", "data=5,4,2", "--shape", "lengths=4")
+    rc, out, err = run(capsys, "run", str(path), *shapes, "--workers", "2", "--steps", "1", "--check", "--json",
+                       "--input", "lengths=int:2:2")
+    assert rc == 0, err
+    assert json.loads(out)["check_passed"]
+    losses = {}
+    for n in (1, 5):               # every row masked after its first step, or none masked: other losses
+        rc, out, err = run(capsys, "run", str(path), *shapes, "--workers", "2", "--steps", "1", "--json",
+                           "--input", f"lengths=int:{n}:{n}")
+        assert rc == 0, err
+        losses[n] = json.loads(out)["losses"][0]
+    assert losses[1] != losses[5]
+    rc, out, err = run(capsys, "run", str(path), *shapes, "--workers", "2", "--steps", "1", "--input",
+                       "lengths=int:-3:2")
+    assert_one_line_error(rc, out, err, "lengths")
+    rc, out, err = run(capsys, "run", str(path), *shapes, "--workers", "2", "--input", "lengths=float:1:2")
+    assert_one_line_error(rc, out, err, "lengths=float:1:2")

@@ -28,6 +28,9 @@ def add_parser(sub) -> None:
     p.add_argument("--lr", type=finite, default=0.05, help="SGD learning rate (default 0.05)")
     p.add_argument("--momentum", type=finite, default=0.9, help="SGD momentum, in [0, 1) (default 0.9)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial values and the batch (0 to 2^32 - 2)")
+    p.add_argument("--input", action="append", default=[], metavar="NAME=int:LOW:HIGH",
+                   help="input NAME gets integers from LOW to HIGH, both included (repeatable; default: inputs read "
+                        "as indices or lengths get their valid range, others standard normal values)")
     p.add_argument("--check", action="store_true",
                    help="run one device beside it and compare (Dropout off on both sides); exit 1 beyond --rtol")
     p.add_argument("--rtol", type=finite, default=DEFAULT_RTOL,
@@ -71,7 +74,7 @@ def run(args) -> int:
     plan = load_plan(graph, args.workers, args.algo or "tofu", args.plan)
     pg = partitioned(graph, plan)
     values = load_checkpoint(args.load, graph) if args.load else initial_values(graph, args.seed)
-    batch = synthetic_batch(graph, args.seed + 1)
+    batch = synthetic_batch(graph, args.seed + 1, args.input_ranges)
     terminal = not args.json
 
     def progress(step, loss, seconds, ref):
@@ -152,6 +155,9 @@ def check_run_args(args) -> None:
     """The checks of ``tofu run``'s options that need no model."""
     if args.steps < 0:
         raise TofuError(f"--steps must be >= 0, got {args.steps}")
+    from tofu.runtime.data import parse_input_option
+
+    args.input_ranges = [parse_input_option(s) for s in getattr(args, "input", ())]
     if not 0 <= args.seed < 2**32 - 1:          # numpy's and MXNet's seeds; the batch is drawn with seed + 1
         raise TofuError(f"--seed must be in [0, 2^32 - 2], got {args.seed}")
     if not args.lr > 0:
