@@ -28,9 +28,10 @@ def load_graph(model: str, options: ModelOptions = ModelOptions(),
         if not shapes:
             raise InputShapeError(f"'{model}' is a symbol file: give its input shapes with --shape NAME=D1,D2,...")
         symbol = load_symbol_file(model)
-        if with_loss:
-            symbol, shapes = _with_loss(symbol, shapes)
-        return import_symbol(symbol, shapes, name=Path(model).stem)
+        graph = import_symbol(symbol, shapes, name=Path(model).stem)    # shapes inferred in a safe probe
+        if with_loss and (lossy := _with_loss(symbol, graph, shapes)) is not None:
+            graph = import_symbol(*lossy, name=Path(model).stem)
+        return graph
     if shapes:
         raise InputShapeError(f"--shape applies to symbol files; zoo model '{model}' takes --batch/--seq-len")
     built = build_model(model, options)
@@ -46,25 +47,26 @@ def model_batch(model: str, options: ModelOptions = ModelOptions()) -> int:
     return build_model(model, options).batch
 
 
-def _with_loss(symbol, shapes: Mapping[str, Shape]):
-    import json
-
+def _with_loss(symbol, graph: Graph, shapes: Mapping[str, Shape]):
+    """``symbol`` with a softmax loss over its one output and the shapes with its label's, or None when it
+    ends in a loss already, in several outputs, or in one that is not (batch, classes) logits; ``graph`` is
+    ``symbol`` imported (its output shape)."""
     import mxnet as mx
 
-    doc = json.loads(symbol.tojson())
-    ops = {doc["nodes"][h[0]]["op"] for h in doc["heads"]}
-    if ops & LOSS_OPS or len(doc["heads"]) != 1:
-        return symbol, shapes
-    try:
-        _, out, _ = symbol.infer_shape(**shapes)
-    except mx.base.MXNetError:
-        return symbol, shapes        # the import reports the shape error
-    if not out or out[0] is None or len(out[0]) != 2:
-        raise InputShapeError(f"the model's output has shape {out[0] if out else None}: give it a loss to train "
-                              f"(a softmax loss is added only to (batch, classes) outputs)")
+    heads = [graph.tensors[t] for t in graph.heads]
+    if len(heads) != 1 or (heads[0].producer is not None and graph.nodes[heads[0].producer].op in LOSS_OPS):
+        return None
+    shape = heads[0].shape
+    if len(shape) != 2:
+        return None                  # not logits: trained as it is (tofu run refuses it, see has_loss)
     label = "softmax_label"
-    return (mx.sym.SoftmaxOutput(symbol, mx.sym.var(label), name="softmax"),
-            {**shapes, label: (out[0][0],)})
+    return mx.sym.SoftmaxOutput(symbol, mx.sym.var(label), name="softmax"), {**shapes, label: (shape[0],)}
+
+
+def has_loss(graph: Graph) -> bool:
+    """Whether every output of ``graph`` is a loss (what training needs: MXNet's backward starts there)."""
+    return all(graph.tensors[t].producer is not None and graph.nodes[graph.tensors[t].producer].op in LOSS_OPS
+               for t in graph.heads)
 
 
 def load_plan(graph: Graph, workers: int, algo: str = "tofu", path: str | None = None):

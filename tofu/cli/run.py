@@ -53,7 +53,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     """``tofu run``: partitioned training steps on K contexts, measured; ``--check`` beside one device."""
-    from tofu.api import load_plan, partitioned, reference_symbol
+    from tofu.api import has_loss, load_plan, partitioned, reference_symbol
     from tofu.runtime.data import initial_values, load_checkpoint, save_checkpoint, synthetic_batch
     from tofu.runtime.run import train
 
@@ -63,6 +63,10 @@ def run(args) -> int:
     if args.workers is None:
         args.workers = 4
     graph = model_graph(args, with_loss=True)
+    if len(graph.heads) == 1 and not has_loss(graph):
+        shape = graph.tensors[graph.heads[0]].shape
+        raise TofuError(f"the model's output has shape {shape}: give it a loss to train (a softmax loss is added "
+                        f"only to one (batch, classes) output)")
     dropout_off: tuple[str, ...] = ()
     if args.check:                       # the two sides cannot draw the same masks: compare without them
         from tofu.graph.deterministic import without_dropout
