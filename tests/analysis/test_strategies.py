@@ -1,12 +1,17 @@
 """Derived partition strategies, checked over the whole registry against independent references.
 
 * MXNet's own kernel, run on every worker's pieces with the derived attributes, reassembles the
-  unpartitioned kernel's output (for every strategy the kernel can run; the rest are listed by
-  experiments/analysis_report.py and excluded from plans).
+  unpartitioned kernel's output, for every strategy the kernel can run; every other one must be refused by
+  ``runnable`` and so kept out of plans (experiments/analysis_report.py lists them). Strategies that exchange
+  statistics are run by their op's expansion, not by the kernel alone: tests/analysis/test_exchange.py
+  compares those with MXNet.
 * Every strategy is sound: each worker's part, computed by the reference interpreter from inputs that are
   NaN outside the worker's regions, is finite and equals the full output's part (or, combined, the output).
 * Regions equal brute-force enumeration of the elements the description touches (affine accesses), or
   contain it (otherwise).
+
+Each test is parametrised over the strategies the analysis derives for every registered case at k = 2 and 4,
+collected at import (a case whose shapes no split divides k ways has none, and contributes no test).
 """
 import numpy as np
 import pytest
@@ -15,11 +20,12 @@ from tofu import registry
 from tofu.analysis.shard import combine, run_shard, shard_call
 from tofu.analysis.strategies import (PartialSum, Replicate, computed_tensors, reduction_root, strategies,
                                       worker_ranges)
+from tofu.analysis.views import runnable
 from tofu.errors import AnalysisError
 from tofu.graph.attrs import Attrs
 from tofu.graph.single_op import infer_op_shapes, run_op
 from tofu.tdl.describe import describe
-from tofu.tdl.expr import FULL, Affine, Computed, IndexExpr, Var
+from tofu.tdl.expr import FULL, Affine, Computed, IndexExpr, Uses, Var
 from tofu.tdl.interpret import _Evaluator, evaluate
 
 from tests.operators.native_kernels import check_under_mkldnn, native_bug
@@ -27,12 +33,49 @@ from tests.operators.test_conformance import random_inputs
 
 SPECS = registry.load_builtin_operators()
 CASES = [(op, i, case) for op, spec in sorted(SPECS.items()) for i, case in enumerate(spec.cases)]
-IDS = [f"{op}-{i}" for op, i, _ in CASES]
 
 
 def _describe(op, case):
     attrs = case.parsed_attrs()
     return attrs, describe(op, attrs, case.shapes, infer_op_shapes(op, attrs, case.shapes))
+
+
+def _collect():
+    """(op, case index, case, k, strategy index, strategy) of every derived strategy."""
+    found = []
+    for op, i, case in CASES:
+        _, desc = _describe(op, case)
+        for k in (2, 4):
+            found += [(op, i, case, k, j, s) for j, s in enumerate(strategies(desc, k))]
+    return found
+
+
+def _params(found):
+    return [pytest.param(op, i, case, k, j, id=f"{op}-{i}-k{k}-{j}-{s.kind}-{s.var}")
+            for op, i, case, k, j, s in found]
+
+
+STRATEGIES = _collect()
+# MXNet's kernel alone runs the strategies that exchange no statistics; a kernel wrong without MKLDNN is checked
+# in a child process with MKLDNN on, one (case, k) at a time
+KERNEL = [c for c in STRATEGIES if not c[5].exchanges and not native_bug(c[0], c[2].parsed_attrs())]
+NATIVE_BUG = sorted({(op, i, k) for op, i, case, k, _, s in STRATEGIES
+                     if not s.exchanges and native_bug(op, case.parsed_attrs())})
+
+
+def test_every_operator_has_strategies_to_check():
+    """The parametrisations of this file are not empty (pytest would skip an empty one): every registered
+    operator has, in some case, a strategy, and one that exchanges no statistics."""
+    assert STRATEGIES and KERNEL and NATIVE_BUG and READING
+    assert {op for op, *_ in STRATEGIES} == set(SPECS)
+    assert {op for op, *_ in KERNEL} | {op for op, _, _ in NATIVE_BUG} == set(SPECS)
+
+
+def _strategy(op, case, k, j):
+    attrs, desc = _describe(op, case)
+    found = strategies(desc, k)
+    assert len(found) > j, f"{op}: {len(found)} strategies at k = {k}, fewer than collected"
+    return attrs, desc, found[j]
 
 
 def _close(got, expected, msg):
@@ -46,31 +89,42 @@ def _kernel_calls(op, attrs, s, desc):
         return None
 
 
-@pytest.mark.parametrize("k", [2, 4])
-@pytest.mark.parametrize("op,i,case", CASES, ids=IDS)
-def test_kernel_shards_reassemble_mxnet_output(op, i, case, k):
-    if native_bug(op, case.parsed_attrs()):
-        check_under_mkldnn("strategies", op, i, k)
-        return
-    check_kernel_shards(op, case, k)
+@pytest.mark.parametrize("op,i,case,k,j", _params(KERNEL))
+def test_kernel_shards_reassemble_mxnet_output(op, i, case, k, j):
+    attrs, desc, s = _strategy(op, case, k, j)
+    _check_kernel_shards(op, case, attrs, desc, s, random_inputs(case, seed=1))
+
+
+@pytest.mark.parametrize("op,i,k", NATIVE_BUG, ids=[f"{op}-{i}-k{k}" for op, i, k in NATIVE_BUG])
+def test_kernel_shards_reassemble_mkldnn_output(op, i, k):
+    check_under_mkldnn("strategies", op, i, k)
 
 
 def check_kernel_shards(op, case, k):
+    """Every strategy of the case that exchanges no statistics (tests.operators.native_kernels runs this)."""
     attrs, desc = _describe(op, case)
     inputs = random_inputs(case, seed=1)
+    checked = [s for s in strategies(desc, k) if not s.exchanges]
+    assert checked, f"{op}: no strategy at k = {k}"
+    for s in checked:
+        _check_kernel_shards(op, case, attrs, desc, s, inputs)
+
+
+def _check_kernel_shards(op, case, attrs, desc, s, inputs):
+    """The kernel's pieces reassemble its unpartitioned output; a strategy it cannot run is kept out of plans."""
+    calls = _kernel_calls(op, attrs, s, desc)
+    if calls is None:
+        assert not runnable(op, attrs, desc, s), f"{s}: MXNet's kernel cannot run it, yet plans may use it"
+        return
     expected = run_op(op, attrs, inputs, train=case.train)
-    for s in strategies(desc, k):
-        calls = _kernel_calls(op, attrs, s, desc)
-        if calls is None:
-            continue
-        pieces = [run_shard(c, s, w, lambda a, xs: run_op(op, a, xs, train=case.train), inputs)
-                  for w, c in enumerate(calls)]
-        for o, e in enumerate(expected):
-            if isinstance(s.outputs[o], Replicate):
-                for p in pieces:
-                    _close(p[o], e, str(s))
-            else:
-                _close(combine(s, o, [p[o] for p in pieces]), e, str(s))
+    pieces = [run_shard(c, s, w, lambda a, xs: run_op(op, a, xs, train=case.train), inputs)
+              for w, c in enumerate(calls)]
+    for o, e in enumerate(expected):
+        if isinstance(s.outputs[o], Replicate):
+            for p in pieces:
+                _close(p[o], e, str(s))
+        else:
+            _close(combine(s, o, [p[o] for p in pieces]), e, str(s))
 
 
 def _exchanged(desc, s):
@@ -97,36 +151,34 @@ def _masked(inputs, s, w, ints):
     return out
 
 
-@pytest.mark.parametrize("k", [2, 4])
-@pytest.mark.parametrize("op,i,case", CASES, ids=IDS)
-def test_every_strategy_computes_from_its_regions(op, i, case, k):
-    attrs, desc = _describe(op, case)
+@pytest.mark.parametrize("op,i,case,k,j", _params(STRATEGIES))
+def test_every_strategy_computes_from_its_regions(op, i, case, k, j):
+    attrs, desc, s = _strategy(op, case, k, j)
     inputs = random_inputs(case, seed=2)
     full = evaluate(desc, inputs)
     ints = dict(case.ints)
-    for s in strategies(desc, k):
-        masked = [_masked(inputs, s, w, ints) for w in range(k)]
-        given = {}       # exchanged statistics: every worker's partial, combined, known to all
-        for t, _, reducer in _exchanged(desc, s):
-            partial = [_worker_evaluator(desc, masked[w], worker_ranges(desc, s, w), given)
-                       .tensor(t.vars, t.shape, t.body) for w in range(k)]
-            given[id(t)] = REDUCERS[reducer].reduce(np.stack(partial), axis=0)
-        parts = [tuple(_worker_evaluator(desc, masked[w], worker_ranges(desc, s, w), given)
-                       .tensor(o.vars, o.shape, o.body) for o in desc.outputs) for w in range(k)]
-        for o, expected in enumerate(full):
-            got = [p[o] for p in parts]
+    masked = [_masked(inputs, s, w, ints) for w in range(k)]
+    given = {}       # exchanged statistics: every worker's partial, combined, known to all
+    for t, _, reducer in _exchanged(desc, s):
+        partial = [_worker_evaluator(desc, masked[w], worker_ranges(desc, s, w), given)
+                   .tensor(t.vars, t.shape, t.body) for w in range(k)]
+        given[id(t)] = REDUCERS[reducer].reduce(np.stack(partial), axis=0)
+    parts = [tuple(_worker_evaluator(desc, masked[w], worker_ranges(desc, s, w), given)
+                   .tensor(o.vars, o.shape, o.body) for o in desc.outputs) for w in range(k)]
+    for o, expected in enumerate(full):
+        got = [p[o] for p in parts]
+        for w, g in enumerate(got):
+            assert np.isfinite(g).all() or not np.isfinite(expected).all(), \
+                f"{s}: worker {w} reads outside its regions"
+        placement = s.outputs[o]
+        if isinstance(placement, Replicate):
+            for g in got:
+                _close(g, expected, str(s))
+        elif isinstance(placement, PartialSum):
+            _close(combine(s, o, got), expected, str(s))
+        else:
             for w, g in enumerate(got):
-                assert np.isfinite(g).all() or not np.isfinite(expected).all(), \
-                    f"{s}: worker {w} reads outside its regions"
-            placement = s.outputs[o]
-            if isinstance(placement, Replicate):
-                for g in got:
-                    _close(g, expected, str(s))
-            elif isinstance(placement, PartialSum):
-                _close(combine(s, o, got), expected, str(s))
-            else:
-                for w, g in enumerate(got):
-                    _close(g, expected[s.output_regions[w][o].slices()], f"{s} worker {w}")
+                _close(g, expected[s.output_regions[w][o].slices()], f"{s} worker {w}")
 
 
 REDUCERS = {"sum": np.add, "max": np.maximum, "min": np.minimum, "prod": np.multiply}
@@ -189,6 +241,12 @@ class _Recorder(_Evaluator):
 
     inside_computed = False
 
+    def value(self, e, env, dims):
+        if isinstance(e, Uses):         # reads declared for their positions (zeros_like): record them too
+            for read in e.reads:
+                self.value(read, env, dims)
+        return super().value(e, env, dims)
+
     def _compute_part(self, t, box):
         key = (id(t), tuple(box))
         if key in getattr(self, "_done", set()):
@@ -208,29 +266,34 @@ class _Recorder(_Evaluator):
         return super().source(t)
 
 
-@pytest.mark.parametrize("k", [2, 4])
-@pytest.mark.parametrize("op,i,case", CASES, ids=IDS)
-def test_regions_equal_brute_force(op, i, case, k):
-    attrs, desc = _describe(op, case)
+# the strategies of ops with inputs (a fill op such as _zeros or _arange has no input region to compare)
+READING = [c for c in STRATEGIES if c[2].shapes]
+
+
+@pytest.mark.parametrize("op,i,case,k,j", _params(READING))
+def test_regions_equal_brute_force(op, i, case, k, j):
+    attrs, desc, s = _strategy(op, case, k, j)
     inputs = [x.astype(np.float64) for x in random_inputs(case, seed=3)]
-    for s in strategies(desc, k):
-        for w in range(k):
-            boxes, exact = {}, {}
-            arrays = {id(t): x for t, x in zip(desc.inputs, inputs)}
-            rec = _Recorder(op, arrays, worker_ranges(desc, s, w), boxes, exact)
-            for out in desc.outputs:
-                rec.tensor(out.vars, out.shape, out.body)
-            for t, region in zip(desc.inputs, s.input_regions[w]):
-                brute = boxes.get(id(t))
-                if brute is None:
-                    continue     # never read in bounds (the derived region may still name a halo)
-                assert region is not None, f"{s} worker {w}: '{t.name}' is read but has no region"
-                derived = region.bounds
-                if exact.get(id(t)):
-                    assert list(derived) == brute, f"{s} worker {w} '{t.name}': derived {derived}, brute {brute}"
-                else:
-                    assert all(a <= c and e <= b for (a, b), (c, e) in zip(derived, brute)), \
-                        f"{s} worker {w} '{t.name}': derived {derived} does not contain {brute}"
+    compared = 0
+    for w in range(k):
+        boxes, exact = {}, {}
+        arrays = {id(t): x for t, x in zip(desc.inputs, inputs)}
+        rec = _Recorder(op, arrays, worker_ranges(desc, s, w), boxes, exact)
+        for out in desc.outputs:
+            rec.tensor(out.vars, out.shape, out.body)
+        for t, region in zip(desc.inputs, s.input_regions[w]):
+            brute = boxes.get(id(t))
+            if brute is None:
+                continue     # never read in bounds (the derived region may still name a halo)
+            assert region is not None, f"{s} worker {w}: '{t.name}' is read but has no region"
+            derived = region.bounds
+            if exact.get(id(t)):
+                assert list(derived) == brute, f"{s} worker {w} '{t.name}': derived {derived}, brute {brute}"
+            else:
+                assert all(a <= c and e <= b for (a, b), (c, e) in zip(derived, brute)), \
+                    f"{s} worker {w} '{t.name}': derived {derived} does not contain {brute}"
+            compared += 1
+    assert compared, f"{s}: no input region compared"
 
 
 @pytest.mark.parametrize("stride,dilate,pad,hw", [((1, 1), (1, 1), (1, 1), 16), ((2, 2), (1, 1), (1, 1), 16),

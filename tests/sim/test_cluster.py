@@ -1,8 +1,10 @@
 """Several machines: the inter-machine exchange by hand, and the kvstore bytes equal to the runtime's."""
+import numpy as np
 import pytest
 
-from tofu.api import load_graph
-from tofu.models import ModelOptions
+from tofu.api import load_graph, partitioned
+from tofu.models import ModelOptions, build_model
+from tofu.runtime.distributed import predicted_kvstore_bytes
 from tofu.search.algorithms import plan_graph
 from tofu.sim.cluster import GBIT, inter_machine_seconds, simulate_cluster
 from tofu.sim.hardware import K80X8
@@ -44,7 +46,29 @@ def test_overlap_and_throughput(mlp_estimate):
         inter_machine_seconds(1, 0, 1e9, K80X8)
 
 
-def test_kvstore_bytes_are_the_runtimes_prediction(mlp_estimate):
-    distributed = pytest.importorskip("tofu.runtime.distributed")
+def _mxnet_bytes(symbol, inputs, counted):
+    """Bytes of the arguments ``counted`` picks, by MXNet's own shape and type inference from ``inputs``."""
+    names = symbol.list_arguments()
+    shapes, _, _ = symbol.infer_shape_partial(**inputs)
+    types, _, _ = symbol.infer_type(**{n: np.float32 for n in inputs})
+    found = {n: (s, t) for n, s, t in zip(names, shapes, types) if counted(n)}
+    assert found and all(s and all(s) and t is not None for s, t in found.values()), found
+    return {n: int(np.prod(s)) * np.dtype(t).itemsize for n, (s, t) in found.items()}
+
+
+def test_kvstore_bytes_are_the_parameters_mxnet_infers(mlp_estimate):
+    """A machine hands the kvstore every device's parameter shards, each once: the model's parameters (MXNet's
+    shape inference of the mlp symbol, every argument but the data and the label: 3 weights and 3 biases) and
+    the shards of the 8-device plan (MXNet's inference of the partitioned symbol from its data shards alone)."""
     graph, _ = mlp_estimate
-    assert distributed.predicted_kvstore_bytes(graph) == graph.param_bytes
+    built = build_model("mlp", ModelOptions(batch=32))
+    inputs = built.shapes()
+    params = _mxnet_bytes(built.symbol, inputs, lambda n: n not in inputs)
+    assert sorted(params) == sorted(f"fc{i}_{p}" for i in (1, 2, 3) for p in ("weight", "bias"))
+    assert predicted_kvstore_bytes(graph) == sum(params.values())
+
+    pg = partitioned(graph, plan_graph(graph, 8, "tofu"))
+    shards = _mxnet_bytes(pg.symbol, {n: s for n, s in pg.shapes().items() if n.split("@")[0] in inputs},
+                          lambda n: n.split("@")[0] in params)
+    assert {n.split("@")[0] for n in shards} == set(params)
+    assert predicted_kvstore_bytes(graph, pg) == sum(shards.values()) == sum(params.values())
