@@ -1,28 +1,41 @@
 """An independent count of the bytes a plan moves per training iteration (the exact-cost check).
 
-Written apart from ``tofu.search``: it reads only the plan (each step's tensor dimensions and op choices) and
-every worker's kernel call under it (``tofu.analysis.compose``, the calls the runtime runs and that the
-single-device comparisons validate), and counts, element by element as boxes, what each worker needs and does
-not have:
+Written apart from ``tofu.search`` (it imports nothing from it): it reads only the plan (each step's tensor
+dimensions and op choices) and every worker's kernel call under it (``tofu.analysis.compose``, the calls the
+runtime runs and that the single-device comparisons validate), and counts, element by element as boxes, what
+each worker needs and does not have:
 
 * an op's input piece on worker w: the elements of the piece's data that w does not hold (a replicated
   parameter is held by its first holder only, which the others read it from and send its gradient to, as the
-  runtime does; a zeroed input, or one an expansion is passed but never reads, is not sent);
+  runtime does; a zeroed input, or one an expansion is passed but never reads, is not sent; of a loss op,
+  only the first worker computing each piece reads, as MXNet runs no other copy);
 * an op's output, turned into every worker's held box: the elements of the held box w did not produce itself,
-  once per partial-sum class covering them (the reduction of partial outputs);
-* the backward pass is the adjoint: the same elements again for every tensor that has a gradient;
+  once per partial-sum class covering them (the reduction of partial outputs); a graph output that no op
+  reads is handed out as computed, unless it is left in partial sums;
+* the backward pass is the adjoint: the same elements again for every tensor that has a gradient (not a loss
+  op's output: its backward ignores that gradient);
 * a statistics exchange over the n workers that differ only at its steps: 2 (n - 1) |S| per group (and its
   gradient), S as the analysis sizes the statistic on the worker's piece;
 * ``kept``: the forward part of the input receipts of ops that keep their inputs for the backward pass
   (the remote regions a device holds until then).
 
-Two totals: ``per_consumer`` (every consumer op fetches its own pieces, as the cost model charges) and
-``shared`` (a piece fetched once per device and shared by all its consumers there, as the runtime builds it).
+Two totals: ``per_consumer`` (every consumer op fetches its own pieces, as the cost model charges, but for the
+ops of one fetch group, :func:`fetch_groups`, which fetch a piece they all read once) and ``shared`` (what the
+runtime sends: each cell of a piece that the holders' boxes cut it into, once per device, shared by all its
+consumers there).
+
+What it shares with the cost model, and why that is safe: the per-worker kernel calls and the statistic sizes
+(``tofu.analysis``: the analysis the search consumes, checked on its own against MXNet's kernels and a
+reference interpreter in tests/analysis/), which ops keep their inputs for the backward pass
+(``tofu.graph.memory.rule_for``, used only for ``kept``), and the convention of which consumers fetch together
+(:func:`fetch_groups`: the grouping the paper's coarsening defines, written here again from the graph's layer and
+step labels, not taken from ``tofu.search.coarsen``).
 """
 from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +44,6 @@ from tofu.analysis.compose import compose
 from tofu.analysis.views import NodeView
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.graph.memory import rule_for
-from tofu.search.coarsen import coarsen
 
 Box = tuple[tuple[int, int], ...]
 
@@ -52,6 +64,17 @@ def _size(box: Box) -> int:
 
 def _meet(a: Box, b: Box) -> Box:
     return tuple((max(x, u), min(y, v)) for (x, y), (u, v) in zip(a, b))
+
+
+def _cells(box: Box, holders) -> list[Box]:
+    """``box`` cut along the edges of the holders' boxes that fall inside it."""
+    if not _size(box):
+        return []
+    cuts = []
+    for d, (lo, hi) in enumerate(box):
+        edges = sorted({lo, hi} | {e for h in holders if _size(_meet(h, box)) for e in h[d] if lo < e < hi})
+        cuts.append(list(zip(edges, edges[1:])))
+    return list(itertools.product(*cuts))
 
 
 def _union_size(boxes) -> int:
@@ -85,6 +108,29 @@ def _held(shape, dims, factors, w) -> Box:
     return tuple(box)
 
 
+_STEP = re.compile(r"_t\d+(?=_|$)")
+
+
+def fetch_groups(graph: Graph) -> dict[int, tuple]:
+    """Per node id, the group whose members fetch a piece they all read once per worker (PAPER.md, "Search",
+    coarsening): the unrolled timesteps of one RNN layer at one position (the node's layer, its name but for
+    the ``_tN`` step, its operator, attributes and shapes equal: every step reads the layer's weights), and
+    projections of one activation (the same operator, attributes and shapes reading the same tensor at the same
+    position, every other input a parameter: attention's q, k and v). Every other node is a group of its own."""
+    groups = {}
+    for node in graph.nodes:
+        signature = (node.op, node.attrs, tuple(graph.tensors[t].shape for t in node.inputs),
+                     tuple(graph.tensors[t].shape for t in node.outputs))
+        others = [(p, t) for p, t in enumerate(node.inputs) if graph.tensors[t].role is not Role.PARAM]
+        if node.step is not None:
+            groups[node.id] = ("steps", node.layer, _STEP.sub("", node.name), signature)
+        elif len(node.inputs) > 1 and len(others) == 1:
+            groups[node.id] = ("projections", others[0], signature)
+        else:
+            groups[node.id] = ("node", node.id)
+    return groups
+
+
 def count(graph: Graph, plan) -> Count:
     factors = tuple(s.factor for s in plan.steps)
     k = math.prod(factors)
@@ -94,7 +140,8 @@ def count(graph: Graph, plan) -> Count:
     choices = {n.id: tuple(c[n.name] for c in step_choices) for n in graph.nodes}
     grads = graph.with_gradient
     item = {t.id: np.dtype(t.dtype).itemsize for t in graph.tensors}
-    consumed = {t for n in graph.nodes for t in n.inputs} | set(graph.heads)
+    read = {t for n in graph.nodes for t in n.inputs}
+    consumed = read | set(graph.heads)
 
     def holders(t) -> dict[int, Box]:
         tensor = graph.tensors[t]
@@ -107,14 +154,15 @@ def count(graph: Graph, plan) -> Count:
         return boxes
 
     held = {t.id: holders(t.id) for t in graph.tensors}
-    tied = coarsen(graph).op_group          # ops tied across timesteps: one fetch for them all (per worker)
+    tied = fetch_groups(graph)              # ops that fetch a piece they all read once (per worker)
     per_tensor: dict[str, float] = {}
     per_edge: dict[tuple, float] = {}
     shared_total = kept_total = 0.0
     largest = 0
     sent: set = set()
 
-    def charge(t, elements, key=None, label=None, group=None, node=None, keeps=False):
+    def charge(t, elements, key=None, label=None, group=None, node=None, keeps=False, cells=None):
+        """``cells``: the remote cells of an input piece, each sent once per device (``shared``)."""
         nonlocal shared_total, kept_total
         b = elements * item[t] * (1 + (t in grads))
         label = label or graph.tensors[t].name
@@ -126,7 +174,12 @@ def count(graph: Graph, plan) -> Count:
                 kept_total += elements * item[t]
             if key is not None:
                 sent.add((group, key))
-        if key is None or key not in sent:
+        if cells is not None:
+            for cell in cells:
+                if cell not in sent:
+                    sent.add(cell)
+                    shared_total += _size(cell[2]) * item[t] * (1 + (t in grads))
+        elif key is None or key not in sent:
             shared_total += b
             if key is not None:
                 sent.add(key)
@@ -134,7 +187,14 @@ def count(graph: Graph, plan) -> Count:
     for node in graph.nodes:
         view = NodeView.of(graph, node)
         calls = compose(view, choices[node.id], factors)
-        for call in calls:
+        running = calls
+        if node.op in LOSS_OPS:     # one copy of each piece of a loss is read: MXNet runs no other
+            first: dict[tuple, object] = {}
+            for c in calls:
+                first.setdefault((c.outputs[0].box, tuple(_coords(c.worker, factors)[j] for j in c.outputs[0].partial)),
+                                 c)
+            running = list(first.values())
+        for call in running:
             w = call.worker
             for piece in call.inputs:
                 t = node.inputs[piece.input]
@@ -142,8 +202,12 @@ def count(graph: Graph, plan) -> Count:
                     continue        # zeros, an input an expansion ignores (MXNet drops it), or state
                 own = held[t].get(w)
                 local = _size(_meet(piece.data, own)) if own is not None else 0
+                # the runtime cuts the piece into the cells its holders' boxes make and sends each remote
+                # cell once to w, however many ops there read it
+                cells = [(t, w, c) for c in _cells(piece.data, held[t].values())
+                         if own is None or _size(_meet(c, own)) < _size(c)]
                 charge(t, _size(piece.data) - local, (t, w, piece.data), group=tied[node.id], node=node.name,
-                       keeps=rule_for(node).keeps_inputs)
+                       keeps=rule_for(node).keeps_inputs, cells=cells)
         if calls[0].expansion:
             _exchange(node, view, calls, factors, choices[node.id], charge)
         for o, t in enumerate(node.outputs):        # worker 0's largest partial or unconverted output piece
@@ -157,6 +221,8 @@ def count(graph: Graph, plan) -> Count:
                         for c in calls]
             if node.op in LOSS_OPS:                     # one copy of each piece (the runtime's _one_replica)
                 produced = list({(b, key): (w, b, key) for w, b, key in reversed(produced)}.values())
+            if t not in read and all(not key for _, _, key in produced):
+                continue                                # a graph output no op reads is handed out as computed
             for w in range(k):
                 want = _held(graph.tensors[t].shape, dims[t], factors, w)
                 classes: dict[tuple, set] = {}

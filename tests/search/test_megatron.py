@@ -24,10 +24,11 @@ def _block_bytes(b: int, s: int, h: int, k: int) -> int:
     forward, their mirrors backward.
     - each LayerNorm reads its gamma and beta (held split) whole: 2 x 2 x (k-1) h
     - proj's and fc2's biases are added by worker 0 only, which fetches them: 2 x (k-1) h / k
-    - the causal mask (no gradient, x1), held split, is read whole by every worker: (k-1) s^2
+    - the causal mask (no gradient), held split, is read whole by every worker, but a worker fetches it once for
+      every block (the runtime shares a piece among the ops of a device that read it): nothing per block
     """
     grad = 2 * ((1 + 2 + 1) * (k - 1) * b * s * h + 4 * (k - 1) * h + 2 * (k - 1) * h // k)
-    return 4 * (grad + (k - 1) * s * s)
+    return 4 * grad
 
 
 @pytest.mark.parametrize("k", [2, 4])

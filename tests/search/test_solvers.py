@@ -303,7 +303,8 @@ def test_recursive_plan_against_the_optimum_over_cut_sequences(case, build, k, t
     assert count(g, to_plan(g, k, "recursive", steps, 0.0, {})).per_consumer == total_cost(steps)
     assert count(g, to_plan(g, k, "optimum", replayed, 0.0, {})).per_consumer == optimum.total
     if tree:
-        assert reference.brute_force_recursive(g, k, coarse).total == optimum.total
+        # (the graph outputs that no op reads cost nothing whatever their split: more of the tree ties)
+        assert reference.brute_force_recursive(g, k, coarse, limit=2_000_000).total == optimum.total
         # the best plan the recursion can return under some tie-breaking of its one-cut solver
         best = reference.brute_force_recursive(g, k, coarse, step_optimal=True).total
         assert optimum.total <= best <= total_cost(steps)

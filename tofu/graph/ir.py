@@ -110,10 +110,11 @@ class Graph:
     def with_gradient(self) -> frozenset[int]:
         """Ids of the tensors that get a gradient in training: parameters, and outputs of ops reading one that
         does (not data, labels, auxiliary states, nor what is computed from them alone, e.g. a label reshaped
-        or an RNN's zero begin state)."""
+        or an RNN's zero begin state; nor the outputs of loss ops, whose backward ignores their gradient, so
+        MXNet never computes it)."""
         found = {t.id for t in self.tensors if t.role is Role.PARAM}
         for node in self.nodes:
-            if any(t in found for t in node.inputs):
+            if node.op not in LOSS_OPS and any(t in found for t in node.inputs):
                 found.update(node.outputs)
         return frozenset(found)
 

@@ -156,6 +156,12 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
         raise InputShapeError(f"shapes given ({_fmt_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}{hint}")
 
     doc = json.loads(symbol.tojson())
+    unique = _unique_names(doc, out_names, out_shapes, out_types)
+    if unique is not None:          # names repeated: the plan, the rewrite and checkpoints key by name
+        doc = unique
+        symbol = mx.sym.load_json(json.dumps(doc))
+        found = infer_graph_shapes(symbol, shapes, dtype)
+        out_names, out_shapes, out_types = found.names, found.shapes, found.dtypes
     entries: dict[tuple[int, int], int] = {}     # (json node index, output index) -> tensor id
     tensors: list[TensorEntry] = []
     nodes: list[Node] = []
@@ -195,7 +201,72 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
     if cursor != len(out_names):
         raise GraphImportError(f"graph has {len(out_names)} internal entries but {cursor} were matched to nodes")
     heads = tuple(entries[(h[0], h[1])] for h in doc["heads"])
+    seen: set[str] = set()
+    for t in tensors:
+        if t.name in seen:
+            raise GraphImportError(f"two entries of the graph are named '{t.name}' (a variable and an op's "
+                                   f"output?): rename one")
+        seen.add(t.name)
     return Graph(name, tuple(nodes), tuple(tensors), heads)
+
+
+def _unique_names(doc: dict, names: Sequence[str], shapes, types) -> dict | None:
+    """``doc`` with every name unique, or None when it already is. MXNet accepts repeated names, but a plan,
+    the rewrite and checkpoints key tensors and ops by name: variables of one name are one variable (MXNet
+    binds and loads them by name), and an op whose name (or an output's) was taken gets the first free
+    ``{name}_{i}``.
+
+    Raises:
+        GraphImportError: two variables of one name differ in shape or type.
+    """
+    nodes = doc["nodes"]
+    spans, cursor, cache = [], 0, {}
+    for jn in nodes:
+        n = 1 if jn["op"] == "null" else _num_visible_outputs(jn, cache)
+        spans.append((cursor, n))
+        cursor += n
+    variables: dict[str, int] = {}
+    merged: dict[int, int] = {}                   # node index -> the first variable of its name
+    for j, jn in enumerate(nodes):
+        if jn["op"] != "null":
+            continue
+        first = variables.setdefault(jn["name"], j)
+        if first != j:
+            a, b = spans[first][0], spans[j][0]
+            if (tuple(shapes[a]), types[a]) != (tuple(shapes[b]), types[b]):
+                raise GraphImportError(f"two variables are named '{jn['name']}', of shapes {tuple(shapes[a])} "
+                                       f"and {tuple(shapes[b])}: rename one (MXNet binds variables by name)")
+            merged[j] = first
+    taken = set(variables)                        # tensor names
+    ops: set[str] = set()
+    every = {jn["name"] for jn in nodes} | set(names)
+    renamed: dict[int, str] = {}
+    for j, jn in enumerate(nodes):
+        if jn["op"] == "null":
+            continue
+        name, (start, n) = jn["name"], spans[j]
+        suffixes = [o[len(name):] for o in names[start:start + n]]
+        new, i = name, 0
+        while new in ops or any(new + x in taken for x in suffixes) or (new != name and new in every):
+            i += 1
+            new = f"{name}_{i}"
+        if new != name:
+            renamed[j] = new
+        ops.add(new)
+        taken.update(new + x for x in suffixes)
+    if not merged and not renamed:
+        return None
+    index, out = {}, []
+    for j, jn in enumerate(nodes):
+        if j in merged:
+            continue
+        index[j] = len(out)
+        out.append({**jn, "name": renamed.get(j, jn["name"]),
+                    "inputs": [[index[merged.get(e[0], e[0])], *e[1:]] for e in jn.get("inputs", [])]})
+    heads = [[index[merged.get(e[0], e[0])], *e[1:]] for e in doc["heads"]]
+    arg_nodes = [i for i, jn in enumerate(out) if jn["op"] == "null"]
+    return {**{k: v for k, v in doc.items() if k != "node_row_ptr"}, "nodes": out, "arg_nodes": arg_nodes,
+            "heads": heads}
 
 
 def _num_visible_outputs(jn: dict, cache: dict) -> int:

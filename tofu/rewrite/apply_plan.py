@@ -8,7 +8,9 @@ Every op of the graph becomes one op per device, called as :func:`tofu.analysis.
 attributes the analysis derived, the pieces of its inputs). Every tensor is held as the plan says: device w
 holds the box of it that the plan's cuts give w (:func:`~tofu.analysis.compose.held_box`); an op's input piece
 that its device does not hold is gathered from the holders (:mod:`tofu.rewrite.comm`), and each op's outputs
-are turned into the held boxes (partial results reduce-scattered: each device sums its own slice).
+are turned into the held boxes (partial results reduce-scattered: each device sums its own slice). A graph
+output that no op reads is handed out as its devices computed it (one copy of each piece of a loss), not
+moved, unless it is left in partial sums.
 
 Shard variables (the naming scheme): ``{tensor}@dev{w}`` is device w's box of ``tensor``. A parameter has one
 variable per distinct box, on the first device holding it (devices that hold a replicated parameter read it
@@ -116,7 +118,8 @@ class _Rewriter:
         self.held: dict[int, list[Held]] = {}
         self.variables: list[ShardVar] = []
         self._aux: dict[tuple[int, int], tuple[Box, object]] = {}
-        self.consumed = {t for n in graph.nodes for t in n.inputs} | set(graph.heads)
+        self.read = {t for n in graph.nodes for t in n.inputs}
+        self.consumed = self.read | set(graph.heads)
 
     def _distance(self, u: int, w: int) -> int:
         """0 for the same device; else the number of steps below the first one that separates them."""
@@ -221,6 +224,9 @@ class _Rewriter:
                              r[o]) for c, r in zip(calls, results)]
             if node.op in LOSS_OPS:
                 produced = _one_replica(node, produced)
+            if t not in self.read and all(not h.key for h in produced):
+                self.held[t] = produced     # a graph output no op reads: handed out as computed, not moved
+                continue
             reducer = calls[0].outputs[o].reducer or "sum"
             name = self.graph.tensors[t].name
             self.held[t] = [Held(w, self.box(t, w), (), self.fabric.gather(name, produced, self.box(t, w), w,

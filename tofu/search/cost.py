@@ -24,9 +24,13 @@ steps' costs add up to each worker's final pieces against its final held boxes, 
 moves (tests/oracle.py counts it independently). Backward is the adjoint of forward: a fetched input region
 becomes a reduced gradient region, a reduce-scatter of partial outputs an all-gather of the output
 gradient, a conversion is converted back. Auxiliary states and zeroed inputs (a bias that a reduction split
-counts on one worker) are never sent. Tied ops (the timesteps of an RNN layer) that read the same tensor
-fetch it once per iteration, as a worker keeps what it fetched; different ops reading the same piece are
-each charged (the runtime sends it once per device: the cost model bounds that from above).
+counts on one worker) are never sent. A loss op computed whole runs on one worker (the runtime reads one copy
+of each piece of a loss; MXNet runs no other), which alone reads its inputs; an output that no op reads is not
+converted (a graph output is handed out as computed, unless left in partial sums), and a loss op's output has
+no gradient. Tied ops (the timesteps of an RNN layer) that read the same tensor fetch it once per iteration,
+as a worker keeps what it fetched; different ops reading the same piece are each charged, which keeps the
+costs separable: the runtime sends it once per device, so the search minimises an upper bound there, and a
+plan's reported bytes are counted as the runtime moves them (tofu.search.copies).
 
 The costs depend on a strategy and one tensor's choice each, so they are separable (problem.py).
 Strategies that cannot be run (by MXNet's kernel on the shards, or by the op's declared expansion when the
@@ -145,9 +149,13 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
             per_group = [node_options(graph, node, group.views[nid], k, runnable_only, excluded, group.held)
                          for group in groups]
             # groups whose pieces lie alike against what they hold get the same options (node_options is
-            # memoized): each distinct one is aligned and accumulated once, times its multiplicity
+            # memoized): each distinct one is aligned and accumulated once, times its multiplicity; a group
+            # that does not run the op (idle) costs nothing
+            idle = _idle_groups(node, groups)
             distinct: dict[int, list] = {}
             for gi, opts in enumerate(per_group):
+                if gi in idle:
+                    continue
                 entry = distinct.setdefault(id(opts), [opts, 0, gi])
                 entry[1] += 1
             reps = list(distinct.values())
@@ -165,7 +173,8 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
                 raise SearchError(f"node '{node.name}' ({node.op}): no strategy fits every worker group")
             node_strategies[nid] = chosen = tuple(o.strategy for o in options)
             for gi, opts in enumerate(per_group):
-                by_group[gi][nid] = chosen if len(reps) == 1 else tuple(o.strategy for o in aligned[id(opts)])
+                by_group[gi][nid] = chosen if len(reps) == 1 or id(opts) not in aligned \
+                    else tuple(o.strategy for o in aligned[id(opts)])
             if const is None:
                 const = [0.0] * len(options)
                 names = tuple(o.strategy.var for o in options)
@@ -196,6 +205,24 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
     problem = CutProblem(k, tuple(tgroups), tuple(ops))
     return problem, CutIndex(tuple(node_strategies), tuple(tuple(group_nodes[g]) for g in order),
                              tuple(tuple(row) for row in by_group), tuple(kept_tables))
+
+
+def _idle_groups(node: Node, groups: Sequence[GroupView]) -> set[int]:
+    """The groups that do not run ``node``: a loss op computed whole at an earlier cut by several groups (the
+    same piece) runs in the first of them only, as the runtime reads one copy of each piece of a loss (another
+    would inject its gradient again) and MXNet does not run what no output needs."""
+    if node.op not in LOSS_OPS or len(groups) == 1:
+        return set()
+    idle, seen = set(), set()
+    for gi, group in enumerate(groups):
+        view = group.views[node.id]
+        if not view.done or any(view.classes(o) > 1 for o in range(len(view.outputs))):
+            continue
+        piece = (view.out_origins_or_zero(), view.out_shapes)
+        if piece in seen:
+            idle.add(gi)
+        seen.add(piece)
+    return idle
 
 
 def _aligned_key(s: PartitionStrategy) -> tuple[str, str]:
@@ -346,14 +373,16 @@ def _items(graph: Graph, ids) -> list[int]:
 
 
 def clear_caches() -> None:
-    """Forgets every cost table (for cold timings)."""
-    for cached in (_costed, _strategies, _input_costs, _output_costs):
+    """Forgets every cost table (for cold timings), and the worker calls a plan's bytes are counted from."""
+    from tofu.search.copies import _calls
+
+    for cached in (_costed, _strategies, _input_costs, _output_costs, _calls):
         cached.cache_clear()
     for table in (_OPTIONS, _VIEW_KEYS, _INTERNED, _EXCLUDED, _INFO):
         table.clear()
 
 
-_AUX, _PARAM, _COMPUTED = 0, 1, 2
+_AUX, _PARAM, _COMPUTED, _UNREAD, _HEAD = 0, 1, 2, 3, 4
 
 
 @dataclass(frozen=True)
@@ -370,21 +399,29 @@ def _tensor_info(graph: Graph) -> _TensorInfo:
     """Per tensor what its costs need, computed once per graph."""
     hit = _INFO.get(id(graph))
     if hit is None or hit[0] is not graph:
+        read = {t for n in graph.nodes for t in n.inputs}
+        heads = set(graph.heads)
         info = _TensorInfo(tuple(t.id in graph.with_gradient for t in graph.tensors),
                            tuple(np.dtype(t.dtype).itemsize for t in graph.tensors),
-                           tuple(_role(t) for t in graph.tensors))
+                           tuple(_role(t, t.id in read, t.id in heads) for t in graph.tensors))
         if len(_INFO) > 64:
             _INFO.clear()
         hit = _INFO[id(graph)] = (graph, info)
     return hit[1]
 
 
-def _role(tensor) -> int:
+def _role(tensor, read: bool = True, head: bool = False) -> int:
     """Auxiliary states are never sent (every device keeps the box its op reads); a parameter is held once per
-    box, by its first holder, which the other readers of a replica fetch it from and send gradients to."""
+    box, by its first holder, which the other readers of a replica fetch it from and send gradients to. An op
+    output that no op reads is not converted to the held boxes (MXNet would not run what no output needs); a
+    graph output is handed out as its producers computed it, but for partial sums, which are reduced."""
     if tensor.role is Role.AUX:
         return _AUX
-    return _PARAM if tensor.role is Role.PARAM else _COMPUTED
+    if tensor.role is Role.PARAM:
+        return _PARAM
+    if tensor.producer is not None and not read:
+        return _HEAD if head else _UNREAD
+    return _COMPUTED
 
 
 def build_runnable_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
@@ -446,8 +483,8 @@ def _with_costs(sig, whole, grads, items, roles, held, windows, classes, done):
     found = _strategies(*sig)[whole]
     n_in = len(sig[2])
     ins = [_input_costs(sig, whole, i, held[i], windows[i], roles[i], grads[i], items[i]) for i in range(n_in)]
-    outs = [_output_costs(sig, whole, o, held[n_in + o], classes[o], done, grads[n_in + o] , items[n_in + o])
-            for o in range(len(sig[3]))]
+    outs = [_output_costs(sig, whole, o, held[n_in + o], classes[o], done, grads[n_in + o], items[n_in + o],
+                          roles[n_in + o]) for o in range(len(sig[3]))]
     result = []
     for j, s in enumerate(found):
         # the all-reduce of each partial statistic, and of its gradient
@@ -468,7 +505,10 @@ def _input_costs(sig, whole, i, box, window, role, grad, item):
             zero = dict.fromkeys((*range(len(shape)), None), 0.0)
             out.append((zero, zero))
             continue
-        regions = [None if w and i in s.once_inputs else r[i] for w, r in enumerate(s.input_regions)]
+        # a loss computed whole runs on the first worker only: the runtime reads one copy of it (the others
+        # would inject its gradient again), and MXNet does not run what no output needs
+        alone = whole and sig[0] in LOSS_OPS
+        regions = [None if w and (alone or i in s.once_inputs) else r[i] for w, r in enumerate(s.input_regions)]
         # only the part of a piece inside the tensor is data (a padded view carries its halo's fill)
         pieces = [tuple((max(a, lo), min(b, hi - 1)) for (a, b), (lo, hi) in zip(r.bounds, window))
                   if r is not None else None for r in regions]
@@ -486,19 +526,25 @@ def _input_costs(sig, whole, i, box, window, role, grad, item):
 
 
 @lru_cache(maxsize=65536)
-def _output_costs(sig, whole, o, box, n, done, grad, item):
+def _output_costs(sig, whole, o, box, n, done, grad, item, role=_COMPUTED):
     """Per strategy: output o's cost table. Every holder h receives its held box H_h from each of the m
     partial-sum classes (each class's pieces cover the tensor) but the part its own piece P_h covers:
-    sum_h m |H_h| - |H_h & P_h|."""
+    sum_h m |H_h| - |H_h & P_h|. An output no op reads costs nothing (a graph output is handed out as
+    computed) unless it is a graph output left in partial sums (m > 1), which are reduced to the held boxes."""
     op, shape, k = sig[0], sig[3][o], sig[4]
     view = _whole(shape)
     size = _size(box)
     before = n * size - _overlap(view, box)          # the same count for the group before the cut
+    if role == _HEAD and n == 1:
+        before = 0                                   # complete before the cut: nothing was converted
     scale = item * (1 + grad)
     out = []
     for s in _strategies(*sig)[whole]:
         placement = s.outputs[o]
         m = n * k if isinstance(placement, PartialSum) else n
+        if role == _UNREAD or (role == _HEAD and m == 1):
+            out.append(dict.fromkeys((*range(len(shape)), None), 0.0))
+            continue
         if isinstance(placement, SplitDim) and not done:
             produced = [w[o].bounds for w in s.output_regions]
             if op in LOSS_OPS and s.var.endswith("*"):   # computed whole: the first worker's copy is read

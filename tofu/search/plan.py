@@ -26,7 +26,7 @@ PLAN_VERSION = 2
 class PlanStep:
     factor: int                                   # workers per group this step splits into
     groups: int                                   # identical groups the step runs in (F_j)
-    cost_bytes: float                             # d_j: bytes the step adds, over all its groups
+    cost_bytes: float                             # d_j: bytes the step adds over all its groups (copies.py)
     tensor_dims: tuple[tuple[str, int | None], ...]   # tensor name -> split dimension (None: replicated)
     op_choices: tuple[tuple[str, OpChoice], ...]      # node name -> what the op does at this step
 
@@ -42,7 +42,7 @@ class Plan:
     workers: int
     algo: str
     steps: tuple[PlanStep, ...]
-    comm_bytes: float                             # sum_j d_j
+    comm_bytes: float                             # sum_j d_j: what MXNet copies per training iteration
     search_seconds: float
     per_device_bytes: tuple[tuple[str, int], ...]  # memory category -> bytes on one device
     coarsening: tuple[tuple[str, int], ...]

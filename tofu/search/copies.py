@@ -1,0 +1,218 @@
+"""What the runtime copies under a plan: the plan's predicted communication, counted as MXNet will move it.
+
+Input: a Graph, the cuts' factors, every tensor's split dimension and every op's choice at each cut. Output:
+the bytes that cross devices per training iteration (forward and backward) when the first j cuts are run.
+
+The count replays what the rewriter builds (tofu.rewrite.apply_plan and tofu.rewrite.comm) on boxes, with
+every worker's call as :func:`tofu.analysis.compose.compose` gives it, and keeps what MXNet runs:
+
+* an op's input piece that its device does not hold is assembled from the cells the holders' boxes cut it
+  into, each cell from its nearest holder, cut on the holder's device and sent once per destination: ops on
+  one device that read the same cell share it (forward one copy; backward their gradients summed there, one
+  copy back);
+* an op's output is turned into every holder's box (partial sums reduced there); a graph output that no op
+  reads is handed out as computed, unless partial;
+* MXNet runs only what a graph output needs: of a loss computed whole the first copy alone (the others would
+  inject its gradient again), and no conversion to a holder whose box no running op reads;
+* a cell crosses back in the backward pass when its tensor has a gradient; a statistics exchange moves
+  2 (n - 1) |S| and its gradient as much.
+
+The search's cost model (cost.py) charges every op for its own pieces, which keeps a cut's cost separable
+for the solvers; this count equals it but where several ops on a device read one cell or a piece feeds
+nothing an output needs. Step j's cost in a plan is this count for j cuts less that for j - 1.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from functools import lru_cache
+
+import numpy as np
+
+from tofu.analysis.compose import OpChoice, compose, coordinates, held_box
+from tofu.analysis.views import NodeView
+from tofu.graph.ir import LOSS_OPS, Graph, Role
+
+Box = tuple[tuple[int, int], ...]
+
+
+def copied_bytes(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]],
+                 choices: Sequence[Sequence[OpChoice]]) -> float:
+    """Bytes copied across devices per training iteration by ``graph`` under the cuts ``factors``, with
+    ``dims[t]`` the split dimension of tensor id t and ``choices[n]`` the choice of node id n at each cut."""
+    return _Replay(graph, tuple(factors), dims, choices).run()
+
+
+class _Replay:
+    """The rewriter's construction on boxes: every symbol it would build is a number with its inputs and, for a
+    piece that crosses devices, the bytes of its copy; what the graph outputs need is summed."""
+
+    def __init__(self, graph: Graph, factors: tuple[int, ...], dims, choices):
+        self.graph, self.factors, self.dims, self.choices = graph, factors, dims, choices
+        self.k = math.prod(factors)
+        self.coords = [coordinates(w, factors) for w in range(self.k)]
+        self.inputs: list[tuple[int, ...]] = []    # per symbol: the symbols it reads
+        self.nbytes: list[float] = []              # per symbol: bytes its copy moves, forward and backward
+        self.sent: dict[tuple, int] = {}
+        self.grads = graph.with_gradient
+
+    def symbol(self, inputs=(), nbytes: float = 0.0) -> int:
+        self.inputs.append(tuple(inputs))
+        self.nbytes.append(nbytes)
+        return len(self.nbytes) - 1
+
+    def box(self, t: int, w: int) -> Box:
+        return held_box(self.graph.tensors[t].shape, self.dims[t], self.factors, w)
+
+    def distance(self, u: int, w: int) -> int:
+        if u == w:
+            return 0
+        first = next(j for j, (a, b) in enumerate(zip(self.coords[u], self.coords[w])) if a != b)
+        return len(self.factors) - first
+
+    def run(self) -> float:
+        graph = self.graph
+        read = {t for n in graph.nodes for t in n.inputs}
+        consumed = read | set(graph.heads)
+        held: dict[int, list] = {}     # per tensor: (device, box, partial key, symbol) of every held piece
+        for t in graph.tensors:
+            if t.producer is None and t.role is not Role.AUX:
+                seen, pieces = set(), []
+                for w in range(self.k):
+                    b = self.box(t.id, w)
+                    if t.role is Role.PARAM and b in seen:
+                        continue            # a replica: read from the first holder
+                    seen.add(b)
+                    pieces.append((w, b, (), self.symbol()))
+                held[t.id] = pieces
+        exchanges: list[tuple[list[int], float]] = []
+        for node in graph.nodes:
+            calls = _calls(node.op, node.attrs, tuple(graph.tensors[t].shape for t in node.inputs),
+                           tuple(graph.tensors[t].shape for t in node.outputs), tuple(self.choices[node.id]),
+                           self.factors)
+            syms = []
+            for call in calls:
+                reads = []
+                for p in call.inputs:
+                    t = node.inputs[p.input]
+                    if p.zeroed or not p.read or graph.tensors[t].role is Role.AUX:
+                        continue        # zeros, an input the expansion ignores, or state kept on the device
+                    reads += self.gather(t, held[t], p.box, call.worker, p.data)
+                syms.append(self.symbol(reads))
+            if calls[0].expansion:
+                exchanges.append((syms, self.exchange(node, calls)))
+            for o, t in enumerate(node.outputs):
+                if t not in consumed:
+                    continue
+                produced = [(c.worker, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial),
+                             s) for c, s in zip(calls, syms)]
+                if node.op in LOSS_OPS:         # one copy of each piece is read
+                    first: dict[tuple, tuple] = {}
+                    for h in produced:
+                        first.setdefault((h[1], h[2]), h)
+                    produced = list(first.values())
+                if t not in read and all(not h[2] for h in produced):
+                    held[t] = produced          # a graph output no op reads: handed out as computed
+                    continue
+                held[t] = [(w, self.box(t, w), (), self.symbol(self.gather(t, produced, self.box(t, w), w)))
+                           for w in range(self.k)]
+        roots = []
+        for t in dict.fromkeys(graph.heads):
+            boxes = set()
+            for w, b, _, s in held[t]:
+                if b not in boxes:
+                    boxes.add(b)
+                    roots.append(s)
+        live = self.live(roots)
+        total = sum(self.nbytes[s] for s in live)
+        return total + sum(nbytes for syms, nbytes in exchanges if any(s in live for s in syms))
+
+    def live(self, roots: list[int]) -> set[int]:
+        """The symbols the graph outputs depend on (what MXNet runs)."""
+        live, stack = set(), list(roots)
+        while stack:
+            s = stack.pop()
+            if s not in live:
+                live.add(s)
+                stack.extend(self.inputs[s])
+        return live
+
+    def gather(self, t: int, pieces, box: Box, dst: int, data: Box | None = None) -> list[int]:
+        """The symbols that assemble ``data`` (default: ``box``) of tensor t on ``dst`` from the pieces: the
+        cells the pieces' edges cut it into, each from the nearest piece of every partial-sum class."""
+        data = box if data is None else data
+        if not all(hi > lo for lo, hi in data):
+            return []
+        for h in pieces:        # held on dst whole (the usual case): nothing else is read
+            if h[0] == dst and not h[2] and all(a <= c and d <= b for (a, b), (c, d) in zip(h[1], data)):
+                if all(not g[2] for g in pieces):
+                    return [self.piece(t, h, data, dst)]
+                break
+        parts = [h for h in pieces if _meets(h[1], data)]
+        cuts = []
+        for d, (lo, hi) in enumerate(data):
+            edges = {lo, hi}
+            for h in parts:
+                edges.update(e for e in h[1][d] if lo < e < hi)
+            edges = sorted(edges)
+            cuts.append(list(zip(edges, edges[1:])))
+        out = []
+        for cell in itertools.product(*cuts):
+            nearest: dict[tuple, tuple] = {}
+            for h in parts:
+                if all(a <= c and d <= b for (a, b), (c, d) in zip(h[1], cell)):
+                    best = nearest.get(h[2])
+                    if best is None or (self.distance(h[0], dst), h[0]) < (self.distance(best[0], dst), best[0]):
+                        nearest[h[2]] = h
+            out += [self.piece(t, h, cell, dst) for h in nearest.values()]
+        return out
+
+    def piece(self, t: int, src, box: Box, dst: int) -> int:
+        """``box`` of a held piece, readable on ``dst``: cut on the holder's device and sent once per destination."""
+        device, src_box, key, sym = src
+        if box == src_box and device == dst:
+            return sym
+        sent = (t, device, src_box, key, box, dst)
+        if sent not in self.sent:
+            nbytes = 0.0
+            if device != dst:
+                tensor = self.graph.tensors[t]
+                nbytes = math.prod(b - a for a, b in box) * np.dtype(tensor.dtype).itemsize * (1 + (t in self.grads))
+            self.sent[sent] = self.symbol((sym,), nbytes)
+        return self.sent[sent]
+
+    def exchange(self, node, calls) -> float:
+        """The statistics all-reduce of an op run by its expansion: 2 (n - 1) |S| per group of the n workers that
+        differ only at the exchange steps, and as much for its gradient."""
+        from tofu.analysis.strategies import strategies
+
+        steps = calls[0].exchange_steps
+        n = math.prod(self.factors[j] for j in steps)
+        var = self.choices[node.id][steps[-1]].var
+        out = self.graph.tensors[node.outputs[0]]
+        scale = np.dtype(out.dtype).itemsize * (1 + (out.id in self.grads))
+        total, seen = 0.0, set()
+        for call in calls:
+            key = tuple(c for j, c in enumerate(self.coords[call.worker]) if j not in steps)
+            if key in seen:
+                continue
+            seen.add(key)
+            piece = NodeView(node.op, call.attrs, tuple(tuple(b - a for a, b in p.box) for p in call.inputs),
+                             tuple(tuple(b - a for a, b in o.box) for o in call.outputs), (), ())
+            found = [s for s in strategies(piece.describe(), 1) if s.var == var and s.exchanges]
+            total += 2 * (n - 1) * sum(found[0].exchange_elements) * scale if found else 0.0
+        return total
+
+
+@lru_cache(maxsize=65536)
+def _calls(op, attrs, ins, outs, choices, factors):
+    """Every worker's call of one op signature under ``choices`` (shared by the signature's nodes: the unrolled
+    timesteps of an RNN)."""
+    n = len(ins)
+    return compose(NodeView(op, attrs, ins, outs, tuple(range(n)), tuple(range(n, n + len(outs)))), choices,
+                   factors)
+
+
+def _meets(a: Box, b: Box) -> bool:
+    return all(max(x, u) < min(y, v) for (x, y), (u, v) in zip(a, b))
