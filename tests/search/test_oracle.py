@@ -1,9 +1,9 @@
 """The cost model against the independent byte oracle (tests/oracle.py) on every zoo model and algorithm.
 
 The oracle counts, from a plan and the workers' kernel calls alone, the elements each worker needs and does
-not hold, forward and backward, after every recursion step; the cost model must charge exactly that. It
-also counts what the runtime sends once per device and shares between consumers (``shared``), which the
-cost model, charging every consumer, bounds from above.
+not hold, forward and backward, after every recursion step: charged once per consumer (``per_consumer``, what
+the search minimises) and once per device, shared by the consumers there (``shared``, what the runtime sends).
+The plan's bytes (recounted after the search, tofu/search/copies.py) must equal ``shared`` exactly.
 
 Every case plans: a model is built at a batch that every cut divides (a plan that is refused fails the test;
 refusals are tested in tests/search/test_plan.py).
