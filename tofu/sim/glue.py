@@ -19,7 +19,8 @@ What is counted (exact, read from the symbol the executor binds):
 Building the symbol takes MXNet and a second or so for the small models. :func:`glue_from_plan` counts the same
 from the plan alone (the rewriter's gathers replayed on the boxes :func:`tofu.analysis.compose.compose` gives,
 no MXNet), for the paper-size models; it equals the symbol's count except for the statistics exchange of an
-op run by its expansion (BatchNorm split along the batch), which it leaves out.
+op run by its expansion (BatchNorm split along the batch), which it leaves out. The same replay, with what each
+op reads, is the partitioned forward graph :func:`dataflow_from_plan` gives :mod:`tofu.sim.program`.
 """
 from __future__ import annotations
 
@@ -129,9 +130,48 @@ def _work(op: str, attrs: Mapping[str, str], ins, outs, op_call_work) -> OpWork:
     return OpWork(0.0, 4.0 * elements, OpClass.DATA_MOVEMENT, frozenset())
 
 
+@dataclass(frozen=True)
+class FlowValue:
+    """One value of the partitioned forward graph: a variable (``role``: its tensor's role) or an op's output
+    (``producer``: the index of the :class:`FlowOp`), held on ``device``."""
+
+    id: int
+    device: int
+    nbytes: int
+    tensor: int | None = None          # the graph tensor it is a piece of (None: a statistic, a fill)
+    role: Role | None = None           # a variable's role; None for an op's output
+    producer: int | None = None
+
+
+@dataclass(frozen=True)
+class FlowOp:
+    """One op of the partitioned forward graph on ``device``: a kernel call of graph node ``node``, or glue
+    (``node`` None); ``expansion``: part of an op run by its expansion (its statistics exchange included)."""
+
+    device: int
+    op: str
+    work: OpWork
+    inputs: tuple[int, ...]            # the values it reads, in argument order
+    outputs: tuple[int, ...]           # the values it writes
+    node: int | None = None
+    expansion: bool = False
+    to: int | None = None              # the device a piece is cut for (the rewriter's ``__tofu_to__``)
+    attrs: tuple = ()                  # what tells it from an op of the same kind reading the same values
+
+
+@dataclass(frozen=True)
+class Dataflow:
+    """The partitioned forward graph: values, ops in a topological order, and the values handed out (heads)."""
+
+    values: tuple[FlowValue, ...]
+    ops: tuple[FlowOp, ...]
+    heads: tuple[int, ...]
+
+
 class _PlanGlue:
     """The rewriter's gathers (:mod:`tofu.rewrite.comm`) replayed on boxes: what :func:`count_glue` reads from the
-    symbol, derived from the plan and :func:`~tofu.analysis.compose.compose` alone (no MXNet)."""
+    symbol, derived from the plan and :func:`~tofu.analysis.compose.compose` alone (no MXNet). Beside the count,
+    it records the dataflow (:class:`Dataflow`): every value a gather builds on, as the rewriter's symbols do."""
 
     def __init__(self, graph: Graph, plan):
         from tofu.analysis.compose import coordinates
@@ -147,7 +187,10 @@ class _PlanGlue:
         self.grads = graph.with_gradient
         self.calls: list[GlueCall] = []
         self.copies: list[Copy] = []
-        self.sent: set = set()
+        self.sent: dict = {}
+        self.values: list[FlowValue] = []
+        self.ops: list[FlowOp] = []
+        self.heads: list[int] = []
 
     def box(self, t: int, w: int):
         from tofu.analysis.compose import held_box
@@ -160,74 +203,91 @@ class _PlanGlue:
         first = next(j for j, (a, b) in enumerate(zip(self.coords[u], self.coords[w])) if a != b)
         return len(self.factors) - first
 
-    def emit(self, device: int, op: str, ins, out, t: int) -> None:
-        """One glue op; it has a backward when it reads a piece of a tensor with a gradient (fills read none)."""
+    def value(self, device: int, nbytes: int, tensor: int | None, role: Role | None = None,
+              producer: int | None = None) -> int:
+        self.values.append(FlowValue(len(self.values), device, int(nbytes), tensor, role, producer))
+        return len(self.values) - 1
+
+    def op(self, device: int, op: str, work: OpWork, srcs, out_bytes, tensor: int | None, node: int | None = None,
+           expansion: bool = False, to: int | None = None, attrs: tuple = ()) -> tuple[int, ...]:
+        """One op of the dataflow; returns the values it writes (one per entry of ``out_bytes``)."""
+        outs = tuple(self.value(device, b, tensor, producer=len(self.ops)) for b in out_bytes)
+        self.ops.append(FlowOp(device, op, work, tuple(srcs), outs, node, expansion, to, attrs))
+        return outs
+
+    def emit(self, device: int, op: str, ins, out, t: int, srcs=(), to: int | None = None) -> int:
+        """One glue op; it has a backward when it reads a piece of a tensor with a gradient (fills read none).
+        Returns the value it writes."""
         elements = sum(math.prod(_extent(b)) for b in ins) + math.prod(_extent(out))
         cls = OpClass.ELEMENTWISE if op == "add_n" else OpClass.DATA_MOVEMENT
-        self.calls.append(GlueCall(device, op, OpWork(0.0 if cls is OpClass.DATA_MOVEMENT else
-                                                      float(math.prod(_extent(out)) * (len(ins) - 1)),
-                                                      4.0 * elements, cls, frozenset()),
-                                     bool(ins) and t in self.grads))
+        work = OpWork(0.0 if cls is OpClass.DATA_MOVEMENT else float(math.prod(_extent(out)) * (len(ins) - 1)),
+                      4.0 * elements, cls, frozenset())
+        self.calls.append(GlueCall(device, op, work, bool(ins) and t in self.grads))
+        return self.op(device, op, work, srcs, (4 * math.prod(_extent(out)),), t, to=to,
+                       attrs=(tuple(ins), out))[0]
 
-    # a held piece: (device, box, key)
-    def piece(self, t: int, src, box, dst: int) -> None:
-        dev, held, key = src
-        if (t, dev, held, key, box, dst) in self.sent:
-            return
+    # a held piece: (device, box, key, value)
+    def piece(self, t: int, src, box, dst: int) -> int:
+        dev, held, key, value = src
+        sent = (t, dev, held, key, box, dst)
+        if sent in self.sent:
+            return self.sent[sent]
         if box == held and dev == dst:
-            return
-        self.sent.add((t, dev, held, key, box, dst))
-        self.emit(dev, "_copy" if box == held else "slice", [held], box, t)
+            return value
+        v = self.emit(dev, "_copy" if box == held else "slice", [held], box, t, (value,), to=dst)
+        self.sent[sent] = v
         if dev != dst:
             self.copies.append(Copy(dev, dst, 4 * math.prod(_extent(box)), t in self.grads))
+        return v
 
-    def gather(self, t: int, held, box, dst: int, data=None) -> None:
+    def gather(self, t: int, held, box, dst: int, data=None) -> int:
         data = box if data is None else data
         if not all(hi > lo for lo, hi in data):
-            self.emit(dst, "_full", [], box, t)
-            return
+            return self.emit(dst, "_full", [], box, t)
         parts = [h for h in held if _meet(h[1], data) is not None]
         cuts = []
         for d, (lo, hi) in enumerate(data):
             cuts.append(sorted({lo, hi} | {e for h in parts for e in h[1][d] if lo < e < hi}))
-        self.assemble(t, parts, data, cuts, 0, dst)
+        v = self.assemble(t, parts, data, cuts, 0, dst)
         current = list(data)                    # the fill around the data (a halo past the tensor's ends)
         for d, ((lo, hi), (a, b)) in enumerate(zip(box, data)):
             pads = (a > lo) + (b < hi)
-            for side in range(pads):
-                self.emit(dst, "_full", [], tuple((lo, a) if i == d else r for i, r in enumerate(current)), t)
+            fills = [self.emit(dst, "_full", [], tuple((lo, a) if i == d else r for i, r in enumerate(current)), t)
+                     for _ in range(pads)]
             if pads:
-                self.emit(dst, "Concat", [tuple(current)], tuple((lo, hi) if i == d else r
-                                                                 for i, r in enumerate(current)), t)
+                srcs = (fills[:1] if a > lo else []) + [v] + (fills[-1:] if b < hi else [])
+                v = self.emit(dst, "Concat", [tuple(current)], tuple((lo, hi) if i == d else r
+                                                                     for i, r in enumerate(current)), t, srcs)
             current[d] = (lo, hi)
+        return v
 
-    def assemble(self, t, parts, box, cuts, d, dst) -> None:
+    def assemble(self, t, parts, box, cuts, d, dst) -> int:
         if d == len(box):
-            self.cell(t, parts, box, dst)
-            return
+            return self.cell(t, parts, box, dst)
         edges = [e for e in cuts[d] if box[d][0] <= e <= box[d][1]]
         segments = [tuple((a, b) if i == d else r for i, r in enumerate(box)) for a, b in zip(edges, edges[1:])]
-        for s in segments:
-            self.assemble(t, parts, s, cuts, d + 1, dst)
+        values = [self.assemble(t, parts, s, cuts, d + 1, dst) for s in segments]
         if len(segments) > 1:
-            self.emit(dst, "Concat", segments, box, t)
+            return self.emit(dst, "Concat", segments, box, t, values)
+        return values[0]
 
-    def cell(self, t, parts, cell, dst) -> None:
+    def cell(self, t, parts, cell, dst) -> int:
         covering: dict = {}
         for h in parts:
             if all(a <= c and e <= b for (a, b), (c, e) in zip(h[1], cell)):
                 best = covering.get(h[2])
                 if best is None or (self.distance(h[0], dst), h[0]) < (self.distance(best[0], dst), best[0]):
                     covering[h[2]] = h
-        for _, h in sorted(covering.items()):
-            self.piece(t, h, cell, dst)
+        values = [self.piece(t, h, cell, dst) for _, h in sorted(covering.items())]
         if len(covering) > 1:
-            self.emit(dst, "add_n", [cell] * len(covering), cell, t)
+            return self.emit(dst, "add_n", [cell] * len(covering), cell, t, values)
+        return values[0]
 
     def run(self) -> Glue:
         from tofu.analysis.compose import compose
         from tofu.analysis.views import NodeView
         from tofu.graph.ir import LOSS_OPS
+        from tofu.sim.model import op_call_work
 
         held: dict[int, list] = {}
         for t in self.graph.tensors:
@@ -238,35 +298,65 @@ class _PlanGlue:
                     if t.role is Role.PARAM and b in seen:
                         continue
                     seen.add(b)
-                    pieces.append((w, b, ()))
+                    pieces.append((w, b, (), self.value(w, 4 * math.prod(_extent(b)), t.id, t.role)))
                 held[t.id] = pieces
-        consumed = {t for n in self.graph.nodes for t in n.inputs} | set(self.graph.heads)
+        aux: dict[tuple[int, int], int] = {}
+        read = {t for n in self.graph.nodes for t in n.inputs}
+        consumed = read | set(self.graph.heads)
         for node in self.graph.nodes:
             calls = compose(NodeView.of(self.graph, node), self.choices[node.id], self.factors)
+            first = self.graph.tensors[node.outputs[0]]
+            item = first.nbytes // max(1, first.size)
+            results = []
             for call in calls:
+                args = []
                 for p in call.inputs:
                     t = node.inputs[p.input]
                     if p.zeroed:
-                        self.emit(call.worker, "_zeros", [], p.box, t)
+                        args.append(self.emit(call.worker, "_zeros", [], p.box, t))
                     elif self.graph.tensors[t].role is not Role.AUX:
-                        self.gather(t, held[t], p.box, call.worker, p.data)
+                        args.append(self.gather(t, held[t], p.box, call.worker, p.data))
+                    else:       # an auxiliary state: a variable of the box the call reads, on its device
+                        if (t, call.worker) not in aux:
+                            aux[(t, call.worker)] = self.value(call.worker, 4 * math.prod(_extent(p.box)), t,
+                                                               Role.AUX)
+                        args.append(aux[(t, call.worker)])
+                outs = tuple(_extent(o.box) for o in call.outputs)
+                work = op_call_work(node.op, call.attrs, tuple(_extent(p.box) for p in call.inputs), outs, item)
+                args = [a for a, p in zip(args, call.inputs) if p.read]     # an expansion's unread inputs
+                out = list(self.op(call.worker, node.op, work, args, [item * math.prod(s) for s in outs],
+                                   node.outputs[0], node.id, call.expansion))
                 if not call.expansion:
                     for o, box in enumerate(call.keep or ()):
-                        self.emit(call.worker, "slice", [call.outputs[o].box], box, node.outputs[o])
+                        out[o] = self.emit(call.worker, "slice", [call.outputs[o].box], box, node.outputs[o],
+                                           (out[o],))
                     if call.scale != 1.0:
-                        for o in call.outputs:
-                            self.emit(call.worker, "_mul_scalar", [o.box], o.box, node.outputs[0])
+                        for o, piece in enumerate(call.outputs):
+                            out[o] = self.emit(call.worker, "_mul_scalar", [piece.box], piece.box, node.outputs[0],
+                                               (out[o],))
+                results.append(out)
             for o, t in enumerate(node.outputs):
                 if t not in consumed:
                     continue
-                produced = [(c.worker, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial))
-                            for c in calls]
+                produced = [(c.worker, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial),
+                             r[o]) for c, r in zip(calls, results)]
                 if node.op in LOSS_OPS:
-                    produced = list({(b, key): (w, b, key) for w, b, key in reversed(produced)}.values())[::-1]
-                for w in range(self.k):
-                    self.gather(t, produced, self.box(t, w), w)
-                held[t] = [(w, self.box(t, w), ()) for w in range(self.k)]
+                    produced = list({(h[1], h[2]): h for h in reversed(produced)}.values())[::-1]
+                gathered = [(w, self.box(t, w), (), self.gather(t, produced, self.box(t, w), w)) for w in range(self.k)]
+                # a graph output no op reads is handed out as computed (the rewriter moves nothing for it)
+                handed = produced if t not in read and all(not h[2] for h in produced) else gathered
+                held[t] = gathered
+                if t in self.graph.heads:
+                    boxes: set = set()
+                    for h in handed:
+                        if h[1] not in boxes:
+                            boxes.add(h[1])
+                            self.heads.append(h[3])
         return Glue(tuple(self.calls), tuple(self.copies))
+
+    def dataflow(self) -> Dataflow:
+        """The dataflow of the last :meth:`run`."""
+        return Dataflow(tuple(self.values), tuple(self.ops), tuple(self.heads))
 
 
 def _extent(box) -> tuple[int, ...]:
@@ -283,3 +373,14 @@ def glue_from_plan(graph: Graph, plan) -> Glue:
     boxes :func:`~tofu.analysis.compose.compose` gives (for the paper-size models). Not counted: the statistics
     exchange inside an op's expansion (BatchNorm split along the batch), whose glue the symbol count has."""
     return _PlanGlue(graph, plan).run()
+
+
+def dataflow_from_plan(graph: Graph, plan) -> Dataflow:
+    """The partitioned forward graph of ``graph`` under ``plan`` as the rewriter builds it, without MXNet: every
+    worker's kernel call (:func:`~tofu.analysis.compose.compose`, its work from
+    :func:`tofu.sim.model.op_call_work`), every glue op of :func:`glue_from_plan`, each reading the values it
+    reads. An op run by its expansion is one call of the op on its pieces (``expansion`` set): its statistics
+    exchange is left out, as in :func:`glue_from_plan`."""
+    replay = _PlanGlue(graph, plan)
+    replay.run()
+    return replay.dataflow()

@@ -12,6 +12,7 @@ slowest, see :func:`tofu.analysis.compose.coordinates`), so a plan's first cut s
 """
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from tofu.sim.flops import OpClass
@@ -34,6 +35,24 @@ class Level:
     def __post_init__(self):
         if self.size < 1 or self.bandwidth <= 0:
             raise ValueError(f"level {self.name}: size {self.size} and bandwidth {self.bandwidth} must be positive")
+
+
+class Direction(enum.Enum):
+    UP = "up"            # leaving a domain through its uplink
+    DOWN = "down"        # entering a domain through its uplink
+    SHARED = "shared"    # a shared level's one link (both directions, every domain)
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of one domain's uplink at the level named ``level`` (a shared level: its one link)."""
+
+    level: str
+    domain: int
+    direction: Direction
+
+    def __str__(self) -> str:
+        return f"{self.level}{self.domain}.{self.direction.value}"
 
 
 @dataclass(frozen=True)
@@ -85,6 +104,9 @@ class Profile:
         host_sharing: how many devices share one link to host memory: when every device swaps at once, each
             gets ``host_bandwidth / host_sharing`` per direction (:mod:`tofu.sim.baselines`, Swap).
         host_memory_bytes: the machine's host memory (0: not modelled), what swapped-out tensors may fill.
+        copy_engines: how many copies between devices one device runs at once beside its compute
+            (:mod:`tofu.sim.engine`; a copy runs on its source's); 0: copies run on the source's compute stream
+            (MXNet runs a CPU context's copies in that context's compute workers).
     """
 
     name: str
@@ -103,6 +125,7 @@ class Profile:
     copy_launch_seconds: float | None = None
     host_sharing: int = 1
     host_memory_bytes: float = 0.0
+    copy_engines: int = 0
 
     def rate(self, op_class: OpClass) -> ClassRate:
         """The class's rates (a class the profile lacks: efficiencies 1, ``launch_seconds``)."""
@@ -130,7 +153,23 @@ class Profile:
         crossed = [lv.bandwidth for lv in self.levels if a // lv.size != b // lv.size]
         return min(crossed) if crossed else float("inf")
 
+    def route(self, a: int, b: int) -> tuple[Link, ...]:
+        """The links a copy from device ``a`` to device ``b`` crosses: the uplink of every domain it leaves and
+        of every domain it enters, innermost level first (a shared level: its one link); none when ``a == b``."""
+        out = []
+        for lv in self.levels:
+            x, y = a // lv.size, b // lv.size
+            if x == y:
+                continue
+            if lv.shared:
+                out.append(Link(lv.name, 0, Direction.SHARED))
+            else:
+                out += [Link(lv.name, x, Direction.UP), Link(lv.name, y, Direction.DOWN)]
+        return tuple(out)
+
     def __post_init__(self):
+        if self.copy_engines < 0:
+            raise ValueError(f"profile {self.name}: copy_engines {self.copy_engines} must not be negative")
         if self.host_sharing < 1 or self.host_memory_bytes < 0:
             raise ValueError(f"profile {self.name}: host_sharing {self.host_sharing} must be positive and "
                              f"host_memory_bytes {self.host_memory_bytes} non-negative")
@@ -165,6 +204,9 @@ K80X8 = Profile(
     # op class: no per-class number is measured for these GPUs (the paper's kernels are large).
     classes=uniform_rates(compute=0.6, memory=0.75, launch=10e-6),
     concurrency=8,
+    # MXNet 1.9.1 runs a GPU-to-GPU copy on its source's copy workers, MXNET_GPU_COPY_NTHREADS of them, default 2
+    # (src/ndarray/ndarray.cc CopyFromTo, src/engine/threaded_engine_perdevice.cc; docs faq/env_var.md)
+    copy_engines=2,
     source="NVIDIA Tesla K80 datasheet (per GK210 die); Tofu paper section 7 (21 GB/s P2P, 10 GB/s CPU-GPU)")
 
 V100X8 = Profile(
@@ -184,6 +226,7 @@ V100X8 = Profile(
     launch_seconds=5e-6,                     # ours: order of a CUDA kernel launch
     classes=uniform_rates(compute=0.7, memory=0.8, launch=5e-6),     # ours, stated and not fitted
     concurrency=8,
+    copy_engines=2,                          # MXNet's MXNET_GPU_COPY_NTHREADS default, as k80x8
     source="NVIDIA Tesla V100 datasheet (SXM2), DGX-1 V100 whitepaper (hybrid cube-mesh NVLink)")
 
 GPU_PROFILES = {p.name: p for p in (K80X8, V100X8)}
