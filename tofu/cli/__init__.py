@@ -4,7 +4,8 @@
 operators and their strategies (:mod:`tofu.cli.ops`); ``tofu plan MODEL --workers K`` partitions it
 (:mod:`tofu.cli.plan`); ``tofu run`` trains it partitioned, measured, ``--check`` beside one device
 (:mod:`tofu.cli.run`); ``tofu launch --machines M --workers K -- tofu run ...`` trains it on several machines
-through MXNet's dist kvstore (:mod:`tofu.cli.launch`).
+through MXNet's dist kvstore (:mod:`tofu.cli.launch`); ``tofu sim MODEL --workers K`` simulates one iteration
+of its partitioned graph on a hardware profile (:mod:`tofu.cli.sim`).
 
 Every user mistake (unknown model or op, bad file, impossible option) prints one line ``tofu: error: ...`` on
 stderr and exits with status 2; a run that fails (a diverged loss, ``--check`` beyond its tolerance) exits 1.
@@ -17,14 +18,14 @@ import os
 import sys
 from collections.abc import Sequence
 
-from tofu.cli import inspect, launch, ops, plan, run
+from tofu.cli import inspect, launch, ops, plan, run, sim
 from tofu.cli.common import Parser, dumps, parse_bytes
 from tofu.cli.launch import remote_run_args
 from tofu.errors import TofuError
 
 __all__ = ["build_parser", "dumps", "main", "parse_bytes"]
 
-COMMANDS = (inspect, ops, plan, run, launch)
+COMMANDS = (inspect, ops, plan, run, launch, sim)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,37 @@
+"""``tofu sim``: the engine's iteration for a model's plan, its timeline files, and one-line errors."""
+import json
+
+import pytest
+
+from tests.test_cli import assert_one_line_error, run
+from tofu.api import load_graph
+from tofu.models import ModelOptions
+from tofu.search.algorithms import plan_graph
+from tofu.sim.engine import simulate_iteration
+from tofu.sim.hardware import profile
+
+
+def test_sim_reports_the_engines_iteration_and_writes_its_timeline(capsys, tmp_path):
+    trace, figure = tmp_path / "t.json", tmp_path / "t.png"
+    rc, out, err = run(capsys, "sim", "mlp", "--workers", "4", "--json", "--trace", str(trace), "--figure",
+                       str(figure))
+    assert rc == 0, err
+    doc = json.loads(out)
+    graph = load_graph("mlp", ModelOptions())
+    want = simulate_iteration(graph, plan_graph(graph, 4, "tofu"), profile("k80x8"))
+    assert doc["iteration_seconds"] == pytest.approx(want.seconds, rel=1e-12)
+    assert doc["peak_bytes"] == list(want.peak_bytes) and doc["tasks"] == len(want.spans)
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert sum(1 for e in events if e.get("ph") == "X") == len(want.spans)
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["sim", "mlp", "--workers", "16"], "--workers must be in [1, 8]"),
+    (["sim", "mlp", "--profile", "tpu"], "invalid choice: 'tpu'"),
+    (["sim", "mlp", "--figure", "x.txt"], "unknown format '.txt'"),
+    (["sim", "no-such-model"], "unknown model"),
+])
+def test_sim_bad_input_is_one_line(capsys, argv, message):
+    rc, out, err = run(capsys, *argv)
+    assert_one_line_error(rc, out, err, message)
