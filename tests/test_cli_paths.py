@@ -60,3 +60,35 @@ def test_unicode_names_train_save_and_load(capsys, here):
                        "--json")
     assert rc == 0, err
     assert json.loads(out)["losses"] != trained           # it started from the saved, trained parameters
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda d: d["steps"][0].update(factor=2.5), "2.5 is not an integer"),
+    (lambda d: d["steps"][0].update(factor="2"), "'2' is not an integer"),
+    (lambda d: d.update(workers=True), "True is not an integer"),
+    (lambda d: d["steps"][0].update(factor=-2), "every step cuts 2 or more ways"),
+])
+def test_a_tampered_plan_is_refused(capsys, here, edit, message):
+    rc, _, err = run(capsys, "plan", "mlp", "--workers", "2", "--out", "p.json")
+    assert rc == 0, err
+    doc = json.loads((here / "p.json").read_text())
+    edit(doc)
+    (here / "p.json").write_text(json.dumps(doc))
+    rc, out, err = run(capsys, "run", "mlp", "--workers", "2", "--steps", "1", "--plan", "p.json")
+    assert_one_line_error(rc, out, err, message)
+
+
+def test_checkpoints_with_nan_or_foreign_tensors_are_refused(capsys, here):
+    rc, _, err = run(capsys, "run", "mlp", "--workers", "2", "--steps", "1", "--save", "m.params")
+    assert rc == 0, err
+    assert sorted(os.listdir(here)) == ["m.params", "m.plan.json"]      # written atomically: no .tmp left
+    arrays = mx.nd.load("m.params")
+    arrays["arg:fc1_weight"][0, 0] = float("nan")
+    mx.nd.save("nan.params", arrays)
+    rc, out, err = run(capsys, "run", "mlp", "--workers", "2", "--steps", "1", "--load", "nan.params")
+    assert_one_line_error(rc, out, err, "'fc1_weight' holds NaN or infinite values")
+    arrays = mx.nd.load("m.params")
+    arrays["arg:conv9_weight"] = mx.nd.zeros((2, 2))
+    mx.nd.save("extra.params", arrays)
+    rc, out, err = run(capsys, "run", "mlp", "--workers", "2", "--steps", "1", "--load", "extra.params")
+    assert_one_line_error(rc, out, err, "holds 'conv9_weight', which model 'mlp' does not have")

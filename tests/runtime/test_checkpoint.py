@@ -14,7 +14,6 @@ import pytest
 from tests.test_cli import assert_one_line_error, run
 from tofu.api import load_graph
 from tofu.models import ModelOptions
-from tofu.runtime import checkpoint as ckpt
 from tofu.runtime.checkpoint import TrainingState, load_training_state, save_training_state
 from tofu.runtime.data import CheckpointError, initial_values, load_checkpoint
 
@@ -66,7 +65,7 @@ def test_the_write_is_a_rename_of_a_file_in_the_same_directory(mlp, tmp_path, mo
         renames.append((os.path.dirname(src), os.path.abspath(dst)))
         real(src, dst)
 
-    monkeypatch.setattr(ckpt.os, "replace", replace)
+    monkeypatch.setattr(os, "replace", replace)
     save_training_state(path, mlp, _state(mlp, 2))
     assert renames == [(str(tmp_path), str(path))]
     assert load_training_state(path, mlp).step == 2
@@ -74,7 +73,7 @@ def test_the_write_is_a_rename_of_a_file_in_the_same_directory(mlp, tmp_path, mo
     def crash(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ckpt.os, "replace", crash)
+    monkeypatch.setattr(os, "replace", crash)
     with pytest.raises(CheckpointError, match="No space left on device"):
         save_training_state(path, mlp, _state(mlp, 3))
     assert load_training_state(path, mlp).step == 2                       # the last good checkpoint, intact

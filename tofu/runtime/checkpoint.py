@@ -13,7 +13,6 @@ parameters of one step beside the momentum of another.
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tofu.graph.ir import Graph, Role
-from tofu.runtime.data import CheckpointError, checkpoint_arrays, load_checkpoint, plan_path
+from tofu.runtime.data import CheckpointError, checkpoint_arrays, load_checkpoint, write_params
 
 
 @dataclass(frozen=True)
@@ -63,36 +62,13 @@ def save_training_state(path: str | Path, graph: Graph, state: TrainingState, pl
     """
     import mxnet as mx
 
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise CheckpointError(f"cannot write checkpoint '{path}': no directory '{path.parent}'")
     arrays = checkpoint_arrays(graph, state.values)
     for t in graph.by_role(Role.PARAM):
         if t.producer is None:          # a parameter the graph never updates has no momentum: zeros
             mom = state.momentum.get(t.name)
             arrays[f"mom:{t.name}"] = mx.nd.array(np.zeros(t.shape) if mom is None else mom, dtype=t.dtype)
     arrays["tofu:step"] = mx.nd.array([state.step], dtype=np.int64)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        mx.nd.save(str(tmp), arrays)
-        _sync(tmp)
-        os.replace(tmp, path)
-        if plan is not None:
-            plan_tmp = path.with_name(f".{plan_path(path).name}.{os.getpid()}.tmp")
-            plan.save(plan_tmp)
-            os.replace(plan_tmp, plan_path(path))
-    except (OSError, mx.base.MXNetError) as e:
-        tmp.unlink(missing_ok=True)
-        raise CheckpointError(f"cannot write checkpoint '{path}': {str(e).splitlines()[0]}") from None
-
-
-def _sync(path: Path) -> None:
-    """Flushes ``path`` to the disk, so the rename never publishes a file whose bytes are still in flight."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_params(path, arrays, plan)
 
 
 def load_training_state(path: str | Path, graph: Graph) -> TrainingState:

@@ -11,6 +11,7 @@ an input's range, and :func:`check_inputs` refuses values that would drive a ker
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -239,23 +240,47 @@ def loss(graph: Graph, outputs: Mapping[str, np.ndarray], batch: Mapping[str, np
 
 
 def save_checkpoint(path: str | Path, graph: Graph, values: Mapping[str, np.ndarray], plan=None) -> None:
-    """Writes the parameters and auxiliary states of ``graph`` (whole tensors) to ``path``, in MXNet's format.
+    """Writes the parameters and auxiliary states of ``graph`` (whole tensors) to ``path``, in MXNet's format,
+    atomically (:func:`write_params`); with ``plan``, the plan beside it.
 
     Raises:
-        CheckpointError: the file cannot be written.
+        CheckpointError: the file cannot be written (nothing at ``path`` has changed then).
+    """
+    write_params(path, checkpoint_arrays(graph, values), plan)
+
+
+def write_params(path: str | Path, arrays: Mapping, plan=None) -> None:
+    """Writes MXNet ``arrays`` to ``path`` and ``plan`` to ``NAME.plan.json`` beside it, each atomically: a
+    temporary file in the same directory, flushed to the disk, then renamed over the target (a reader sees the
+    old file or the new one; a failure leaves no temporary file behind).
+
+    Raises:
+        CheckpointError: a file cannot be written.
     """
     import mxnet as mx
 
     path = Path(path)
     if not path.parent.is_dir():
         raise CheckpointError(f"cannot write checkpoint '{path}': no directory '{path.parent}'")
-    arrays = checkpoint_arrays(graph, values)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        mx.nd.save(str(path), arrays)
+        mx.nd.save(str(tmp), dict(arrays))
+        _sync(tmp)
+        os.replace(tmp, path)
         if plan is not None:
-            plan.save(plan_path(path))
-    except (OSError, mx.base.MXNetError) as e:
+            plan.save(plan_path(path))           # atomic itself
+    except (OSError, mx.base.MXNetError, TofuError) as e:
+        tmp.unlink(missing_ok=True)
         raise CheckpointError(f"cannot write checkpoint '{path}': {str(e).splitlines()[0]}") from None
+
+
+def _sync(path: Path) -> None:
+    """Flushes ``path`` to the disk, so the rename never publishes a file whose bytes are still in flight."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def checkpoint_arrays(graph: Graph, values: Mapping[str, np.ndarray]) -> dict:
@@ -289,7 +314,16 @@ def load_checkpoint(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
         raise CheckpointError(f"checkpoint '{path}' is not an MXNet .params file") from None
     if not isinstance(loaded, dict):
         raise CheckpointError(f"checkpoint '{path}' holds unnamed arrays; MXNet parameter files name them")
-    arrays = {k.split(":", 1)[1] if k.startswith(("arg:", "aux:")) else k: v for k, v in loaded.items()}
+    # MXNet's own loaders read arg: and aux: keys and unprefixed names; a training checkpoint's mom: and tofu:
+    # keys are its optimizer state (tofu.runtime.checkpoint)
+    arrays = {k.split(":", 1)[1] if k.startswith(("arg:", "aux:")) else k: v for k, v in loaded.items()
+              if not k.startswith(("mom:", "tofu:"))}
+    wanted = {t.name for t in graph.tensors if t.producer is None and t.role in (Role.PARAM, Role.AUX)}
+    extra = sorted(set(arrays) - wanted)
+    if extra:
+        raise CheckpointError(f"checkpoint '{path}' holds '{extra[0]}'" + (f" and {len(extra) - 1} more tensors"
+                              if len(extra) > 1 else "") + f", which model '{graph.name}' does not have "
+                              f"(a checkpoint of another model?)")
     values = {}
     for t in graph.tensors:
         if t.producer is None and t.role in (Role.PARAM, Role.AUX):
@@ -300,4 +334,6 @@ def load_checkpoint(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
                 raise CheckpointError(f"checkpoint '{path}': '{t.name}' has shape {tuple(arrays[t.name].shape)}, "
                                       f"the model's is {t.shape}")
             values[t.name] = arrays[t.name].asnumpy()
+            if not np.isfinite(values[t.name]).all():
+                raise CheckpointError(f"checkpoint '{path}': '{t.name}' holds NaN or infinite values")
     return values

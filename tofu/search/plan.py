@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,9 +65,13 @@ class Plan:
         Raises:
             PlanError: the path cannot be written (a missing directory, a directory, no permission).
         """
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")     # atomic: a temporary file, then a rename
         try:
-            Path(path).write_text(json.dumps(self.to_json(), indent=1))
+            tmp.write_text(json.dumps(self.to_json(), indent=1))
+            os.replace(tmp, path)
         except OSError as e:
+            tmp.unlink(missing_ok=True)
             raise PlanError(f"cannot write plan '{path}': {e.strerror or e}") from None
 
     @staticmethod
@@ -74,17 +79,19 @@ class Plan:
         try:
             if doc.get("version") != PLAN_VERSION:
                 raise PlanError(f"plan version {doc.get('version')!r} is not {PLAN_VERSION}")
-            steps = tuple(PlanStep(int(s["factor"]), int(s["groups"]), float(s["cost_bytes"]),
-                                   tuple((k, None if v is None else int(v)) for k, v in s["tensor_dims"].items()),
+            steps = tuple(PlanStep(_integer(s["factor"]), _integer(s["groups"]), float(s["cost_bytes"]),
+                                   tuple((k, None if v is None else _integer(v)) for k, v in s["tensor_dims"].items()),
                                    tuple((k, OpChoice.from_json(v)) for k, v in s["ops"].items()))
                           for s in doc["steps"])
-            plan = Plan(str(doc["model"]), int(doc["workers"]), str(doc["algo"]), steps,
+            plan = Plan(str(doc["model"]), _integer(doc["workers"]), str(doc["algo"]), steps,
                         float(doc["comm_bytes"]), float(doc["search_seconds"]),
                         tuple((k, int(v)) for k, v in doc["per_device_bytes"].items()),
                         tuple((k, int(v)) for k, v in doc.get("coarsening", {}).items()),
-                        tuple((k, tuple(int(d) for d in v)) for k, v in doc["shapes"].items()))
+                        tuple((k, tuple(_integer(d) for d in v)) for k, v in doc["shapes"].items()))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise PlanError(f"malformed plan: {type(e).__name__}: {e}") from None
+        if any(s.factor < 2 or s.groups < 1 for s in plan.steps):
+            raise PlanError("malformed plan: every step cuts 2 or more ways, in 1 or more groups")
         if math.prod(s.factor for s in plan.steps) != plan.workers:
             raise PlanError(f"plan's cuts multiply to {math.prod(s.factor for s in plan.steps)}, "
                             f"not its {plan.workers} workers")
@@ -141,6 +148,13 @@ class Plan:
                     raise PlanError(f"step {j} splits tensor '{t.name}' of shape {tuple(shape)} along dimension {d} "
                                     f"{s.factor} ways: impossible")
                 shape[d] //= s.factor
+
+
+def _integer(v) -> int:
+    """A JSON integer (``2``, not ``2.5``, ``"2"`` or ``true``: a tampered plan is refused, not rounded)."""
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"{v!r} is not an integer")
+    return v
 
 
 def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
