@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments.common import RowWriter, write_sidecar  # noqa: E402
 from tofu.errors import TofuError  # noqa: E402
 
-# network -> image side (the smallest input each builds and runs at without shape errors: Gluon's densenet and
-# inception end in fixed 7x7 / 8x8 average pools; the others adapt), batch 8 for all
-NETS = {"resnet18_v1": 64, "resnet18_v2": 64, "mobilenet0.25": 64, "mobilenetv2_0.25": 64, "squeezenet1.1": 64,
+# network -> image side (small where the network allows: Gluon's densenet, inception and squeezenet end in fixed
+# 7x7 / 8x8 / 13x13 pools, so they take their ImageNet sizes), batch 8 for all
+NETS = {"resnet18_v1": 64, "resnet18_v2": 64, "mobilenet0.25": 64, "mobilenetv2_0.25": 64, "squeezenet1.1": 224,
         "alexnet": 64, "vgg11": 32, "densenet121": 224, "inceptionv3": 299}
 COLUMNS = ("net", "image", "batch", "stage", "workers", "status", "search_seconds", "predicted_comm_bytes",
            "measured_comm_bytes", "plan_per_device_bytes", "output_rel", "gradient_rel", "loss_rel",
@@ -111,6 +111,8 @@ def main(argv=None) -> int:
     path = args.out_dir / f"{args.tag}.csv"
     rows = RowWriter(path, COLUMNS)
     write_sidecar(path, vars(args))
+    import mxnet as mx
+
     from tofu.api import load_graph, reference_symbol
     from tofu.graph.deterministic import without_dropout
     from tofu.runtime.memory import measure_device_peaks
@@ -127,8 +129,8 @@ def main(argv=None) -> int:
                                                                                                image)},
                                                             with_loss=True))
                 (one_peak,) = measure_device_peaks(whole_graph(graph, reference_symbol(graph)))
-            except TofuError as e:
-                rows.write({**base, "stage": "load", "status": "error", "message": str(e)[:300]})
+            except (TofuError, ValueError, mx.base.MXNetError) as e:     # Gluon's own failures too
+                rows.write({**base, "stage": "load", "status": "error", "message": str(e).splitlines()[0][:300]})
                 print(f"{net:<17} load: {e}", flush=True)
                 continue
             base.update({"dropout_off": len(dropped), "one_device_peak_bytes": one_peak})

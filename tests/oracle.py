@@ -14,8 +14,9 @@ each worker needs and does not have:
   reads is handed out as computed, unless it is left in partial sums;
 * the backward pass is the adjoint: the same elements again for every tensor that has a gradient (not a loss
   op's output: its backward ignores that gradient);
-* a statistics exchange over the n workers that differ only at its steps: 2 (n - 1) |S| per group (and its
-  gradient), S as the analysis sizes the statistic on the worker's piece;
+* a statistics exchange over the n workers that differ only at its steps: 2 (n - 1) |S| per group when
+  |S| >= n, n (n - 1) |S| otherwise (every device reads every partial), and as much for its gradient when
+  the tensor it is computed from has one; S as the analysis sizes the statistic on the worker's piece;
 * ``kept``: the forward part of the input receipts of ops that keep their inputs for the backward pass
   (the remote regions a device holds until then).
 
@@ -258,5 +259,8 @@ def _exchange(node, view, calls, factors, choices, charge):
                          tuple(tuple(b - a for a, b in o.box) for o in call.outputs), (), ())
         found = [s for s in strategies(piece.describe(), 1) if s.var == var and s.exchanges]
         assert found, f"{node.name}: no exchange of '{var}' on the pieces"
-        charge(node.outputs[0], 2 * (n - 1) * sum(found[0].exchange_elements), label=f"op:{node.name}")
+        # its gradient flows back to the input it is computed from, and is exchanged when that has a gradient
+        # a reduce-scatter and an all-gather when the statistic has n elements or more; else all to all
+        moved = sum(2 * (n - 1) * e if e >= n else n * (n - 1) * e for e in found[0].exchange_elements)
+        charge(node.inputs[0], moved, label=f"op:{node.name}")
 

@@ -19,6 +19,7 @@ Rules that keep what MXNet copies equal to what the plan counts (see MXNET.md, "
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -176,16 +177,29 @@ class Fabric:
                   shape: tuple[int, ...] | None = None) -> list[object]:
         """Every device's copy of the ``reducer`` of all devices' symbols (a statistics exchange).
 
-        With the statistic's ``shape`` and a dimension of extent n or more (n the number of devices): a
-        reduce-scatter (device i reduces chunk i of every partial, the chunks as even as the extent allows) then
-        an all-gather of the chunks, 2 (n - 1) |S| sent in all, as the cost model charges; otherwise (a
-        statistic smaller than n) every device reads every partial.
+        With the statistic's ``shape`` and n or more elements (n the number of devices): a reduce-scatter
+        (device i reduces chunk i of every partial along a dimension of extent n or more, the chunks as even as
+        the extent allows; a statistic whose every extent is below n is flattened first) then an all-gather of
+        the chunks, 2 (n - 1) |S| sent in all; otherwise (fewer elements than devices) every device reads every
+        partial, n (n - 1) |S|. The cost model charges the same (tofu.search.cost, copies).
         """
         name = self.name("stat")
         n = len(devices)
-        axis = next((d for d, e in enumerate(shape or ()) if e >= n), None)
-        if axis is None:
+        size = math.prod(shape) if shape is not None else 0
+        if shape is None or size < n:
             return self._all_to_all(parts, devices, reducer, name)
+        axis = next((d for d, e in enumerate(shape) if e >= n), None)
+        if axis is None:            # every extent below n but not the size: reduce-scatter the flattened statistic
+            flat = []
+            for p, dev in zip(parts, devices):
+                with scope(dev):
+                    flat.append(mx.sym.reshape(p, shape=(size,), name=self.name(f"{name}@dev{dev}_flat")))
+            out = self.allreduce(flat, devices, reducer, (size,))
+            back = []
+            for o, dev in zip(out, devices):
+                with scope(dev):
+                    back.append(mx.sym.reshape(o, shape=shape, name=self.name(f"{name}@dev{dev}_shape")))
+            return back
         whole = tuple((0, e) for e in shape)
         e = shape[axis]
         chunks = [tuple((i * e // n, (i + 1) * e // n) if d == axis else r for d, r in enumerate(whole))

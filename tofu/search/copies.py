@@ -15,7 +15,7 @@ every worker's call as :func:`tofu.analysis.compose.compose` gives it, and keeps
 * MXNet runs only what a graph output needs: of a loss computed whole the first copy alone (the others would
   inject its gradient again), and no conversion to a holder whose box no running op reads;
 * a cell crosses back in the backward pass when its tensor has a gradient; a statistics exchange moves
-  2 (n - 1) |S| and its gradient as much.
+  2 (n - 1) |S|, and its gradient as much when the tensor the statistic is computed from has a gradient.
 
 The search's cost model (cost.py) charges every op for its own pieces, which keeps a cut's cost separable
 for the solvers; this count equals it but where several ops on a device read one cell or a piece feeds
@@ -32,6 +32,7 @@ import numpy as np
 
 from tofu.analysis.compose import OpChoice, compose, coordinates, held_box
 from tofu.analysis.views import NodeView
+from tofu.search.cost import allreduce_elements
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 
 Box = tuple[tuple[int, int], ...]
@@ -183,15 +184,17 @@ class _Replay:
         return self.sent[sent]
 
     def exchange(self, node, calls) -> float:
-        """The statistics all-reduce of an op run by its expansion: 2 (n - 1) |S| per group of the n workers that
-        differ only at the exchange steps, and as much for its gradient."""
+        """The statistics all-reduce of an op run by its expansion (:func:`allreduce_elements` of each statistic
+        S, 2 (n - 1) |S| when |S| >= n) per group of the n workers that
+        differ only at the exchange steps, and as much for its gradient when the op's first input (the tensor the
+        statistic is computed from) has one (Gluon's resnet v2 normalises the data itself: no gradient there)."""
         from tofu.analysis.strategies import strategies
 
         steps = calls[0].exchange_steps
         n = math.prod(self.factors[j] for j in steps)
         var = self.choices[node.id][steps[-1]].var
-        out = self.graph.tensors[node.outputs[0]]
-        scale = np.dtype(out.dtype).itemsize * (1 + (out.id in self.grads))
+        data = self.graph.tensors[node.inputs[0]]          # the statistic is computed from it: its gradient
+        scale = np.dtype(data.dtype).itemsize * (1 + (data.id in self.grads))    # is exchanged when data has one
         total, seen = 0.0, set()
         for call in calls:
             key = tuple(c for j, c in enumerate(self.coords[call.worker]) if j not in steps)
@@ -201,7 +204,7 @@ class _Replay:
             piece = NodeView(node.op, call.attrs, tuple(tuple(b - a for a, b in p.box) for p in call.inputs),
                              tuple(tuple(b - a for a, b in o.box) for o in call.outputs), (), ())
             found = [s for s in strategies(piece.describe(), 1) if s.var == var and s.exchanges]
-            total += 2 * (n - 1) * sum(found[0].exchange_elements) * scale if found else 0.0
+            total += sum(allreduce_elements(e, n) for e in found[0].exchange_elements) * scale if found else 0.0
         return total
 
 

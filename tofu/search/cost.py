@@ -14,7 +14,7 @@ those alone, as a reshaped label or an RNN's zero begin state), the cost charged
     input i     sum_w |R_w(s, i) \ H_w(i, d)| - |R_G(i) \ H_G(i)|                             x (1 + g(i))
     parameter   sum_{w > 0} |R_w(s, i) & H_G(i)|    (replicated: read from the group's first worker)  x 2 g(i)
     output o    sum_w (m |H_w(o, d)| - |H_w(o, d) & P_w(s, o)|) - (n |H_G(o)| - |H_G(o) & P_G(o)|)  x (1 + g(o))
-    exchange    2 (k - 1) |S|                      (all-reduce of a partial statistic S)          x (1 + g(o))
+    exchange    2 (k - 1) |S|, |S| >= k; k (k - 1) |S|, |S| < k  (all-reduce of a partial statistic S)  x (1 + g(0))
 
 The output term counts what every holder receives: its held box from each of the m partial-sum classes
 (m = n k when s reduces o, n the classes earlier cuts left; each class's pieces cover the tensor) but the
@@ -75,6 +75,13 @@ class CutIndex:
         """Bytes the cut's workers receive for their ops' inputs and keep until the backward pass."""
         return sum(table[y[g]][x[tg]] for g, tables in enumerate(self.kept) for tg, table in tables.items())
 
+
+
+def allreduce_elements(size: int, n: int) -> int:
+    """Elements the rewriter's all-reduce of an ``size``-element statistic over ``n`` devices sends
+    (tofu.rewrite.comm.Fabric.allreduce): a reduce-scatter and an all-gather, 2 (n - 1) |S|, when the statistic
+    has n elements or more; every device reading every partial, n (n - 1) |S|, when it has fewer."""
+    return 2 * (n - 1) * size if size >= n else n * (n - 1) * size
 
 def choices(shape: Shape, k: int) -> tuple[int | None, ...]:
     """Dimensions a tensor can be split k ways along (None alone: it must be replicated)."""
@@ -487,8 +494,8 @@ def _with_costs(sig, whole, grads, items, roles, held, windows, classes, done):
                           roles[n_in + o]) for o in range(len(sig[3]))]
     result = []
     for j, s in enumerate(found):
-        # the all-reduce of each partial statistic, and of its gradient
-        const = sum(2 * (sig[4] - 1) * n * items[n_in] * (1 + grads[n_in]) for n in s.exchange_elements)
+        # the all-reduce of each partial statistic, and of its gradient when the input it is computed from has one
+        const = sum(allreduce_elements(n, sig[4]) * items[0] * (1 + grads[0]) for n in s.exchange_elements)
         result.append((s, const, tuple(c[j][0] for c in ins) + tuple(c[j] for c in outs),
                        tuple(c[j][1] for c in ins)))
     return tuple(result)
