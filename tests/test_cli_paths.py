@@ -23,6 +23,8 @@ def here(tmp_path, monkeypatch):
     (["plan", "mlp", "--workers", "2", "--out", "missing/p.json"], "no directory"),
     (["run", "mlp", "--workers", "2", "--save", "missing/x.params"], "no directory"),
     (["run", "mlp", "--workers", "2", "--save", "ck.params"], "the plan beside --save 'ck.plan.json': it is a dir"),
+    (["run", "mlp", "--workers", "2", "--checkpoint", "ck.params", "--checkpoint-every", "1"],
+     "the plan beside --checkpoint 'ck.plan.json': it is a dir"),
     (["run", "mlp", "--workers", "2", "--save", "a.params", "--checkpoint", "./a.params", "--checkpoint-every", "1"],
      "name the same file"),
     (["run", "mlp", "--workers", "2", "--plan", "pipe.json"], "plan 'pipe.json' is not a regular file"),

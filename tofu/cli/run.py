@@ -186,7 +186,10 @@ def check_run_args(args) -> None:
         output_path(args.save, "checkpoint")
         output_path(str(plan_path(args.save)), "the plan beside --save")
     if args.checkpoint:
+        from tofu.runtime.data import plan_path
+
         output_path(args.checkpoint, "checkpoint")
+        output_path(str(plan_path(args.checkpoint)), "the plan beside --checkpoint")
     if args.save and args.checkpoint and os.path.abspath(args.save) == os.path.abspath(args.checkpoint):
         raise TofuError(f"--save and --checkpoint name the same file '{args.save}': one would overwrite the other")
     if args.fail_at_step is not None and not 1 <= args.fail_at_step <= args.steps:
