@@ -94,3 +94,22 @@ def test_checkpoints_with_nan_or_foreign_tensors_are_refused(capsys, here):
     mx.nd.save("extra.params", arrays)
     rc, out, err = run(capsys, "run", "mlp", "--workers", "2", "--steps", "1", "--load", "extra.params")
     assert_one_line_error(rc, out, err, "holds 'conv9_weight', which model 'mlp' does not have")
+
+
+def test_a_plan_of_a_symbol_file_replays_under_run_and_load(capsys, here):
+    """Item 7: `tofu plan FILE --out` planned the file without the loss `tofu run FILE` adds, so `tofu run --plan`
+    refused every Gluon export; and the plan written beside --save must load in `tofu plan --load`."""
+    x = mx.sym.FullyConnected(mx.sym.relu(mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=16, name="fc1")),
+                              num_hidden=10, name="fc2")
+    x.save(str(here / "logits.json"))                       # ends in logits, as a Gluon export does
+    shape = ("--shape", "data=8,12")
+    rc, _, err = run(capsys, "plan", "logits.json", *shape, "--workers", "2", "--out", "p.json")
+    assert rc == 0, err
+    rc, out, err = run(capsys, "run", "logits.json", *shape, "--workers", "2", "--plan", "p.json", "--steps", "1",
+                       "--check", "--json", "--save", "s.params")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["check_passed"] and doc["measured_comm_bytes"] == doc["predicted_comm_bytes"]
+    rc, out, err = run(capsys, "plan", "logits.json", *shape, "--load", "s.plan.json", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["comm_bytes"] == doc["predicted_comm_bytes"]
