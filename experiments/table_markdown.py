@@ -37,3 +37,19 @@ def markdown_table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def unique(values) -> list:
     """``values`` without repeats, in their first order."""
     return list(dict.fromkeys(values))
+
+
+def table_main(render: Callable[..., str], description: str, argv=None) -> int:
+    """The command line of a table script with one table: ``python experiments/table_X.py CSV [CSV ...]``
+    prints ``render`` of the files' rows."""
+    import argparse
+    from pathlib import Path
+
+    from experiments.common import read_rows
+
+    p = argparse.ArgumentParser(description=description.splitlines()[0])
+    p.add_argument("csv", type=Path, nargs="+")
+    args = p.parse_args(argv)
+    print(render([read_rows(path) for path in args.csv]))
+    return 0
+

@@ -5,14 +5,12 @@ exchange after the iteration (overlap none) / hidden behind it (full). Reads CSV
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.common import read_rows  # noqa: E402
-from experiments.table_markdown import DocTable, Rows, markdown_table, unique  # noqa: E402
+from experiments.table_markdown import DocTable, Rows, markdown_table, table_main, unique  # noqa: E402
 
 OVERLAPS = ("none", "full")
 
@@ -37,12 +35,8 @@ def render(sources: list[Rows]) -> str:
 TABLES = {"scaling": DocTable(render)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("csv", type=Path, nargs="+")
-    args = p.parse_args(argv)
-    print(render([read_rows(path) for path in args.csv]))
-    return 0
+def main(argv=None) -> int:
+    return table_main(render, __doc__, argv)
 
 
 if __name__ == "__main__":

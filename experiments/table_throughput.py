@@ -5,15 +5,13 @@ Ideal and over the best other system. Reads CSV only.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.common import read_rows  # noqa: E402
 from experiments.plotstyle import SystemStyle  # noqa: E402
-from experiments.table_markdown import DocTable, Rows, markdown_table, unique  # noqa: E402
+from experiments.table_markdown import DocTable, Rows, markdown_table, table_main, unique  # noqa: E402
 
 SYSTEMS = tuple(s.key for s in SystemStyle)
 
@@ -44,12 +42,8 @@ def render(sources: list[Rows]) -> str:
 TABLES = {"throughput": DocTable(render)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("csv", type=Path, nargs="+")
-    args = p.parse_args(argv)
-    print(render([read_rows(path) for path in args.csv]))
-    return 0
+def main(argv=None) -> int:
+    return table_main(render, __doc__, argv)
 
 
 if __name__ == "__main__":

@@ -7,14 +7,12 @@ device's peak / K. Reads CSV only.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.common import read_rows  # noqa: E402
-from experiments.table_markdown import DocTable, Rows, markdown_table, unique  # noqa: E402
+from experiments.table_markdown import DocTable, Rows, markdown_table, table_main, unique  # noqa: E402
 
 
 def _mb(n: str) -> str:
@@ -52,11 +50,7 @@ TABLES = {"zoo-check": DocTable(render)}
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("csv", nargs="+", type=Path)
-    args = p.parse_args(argv)
-    print(render([read_rows(path) for path in args.csv]))
-    return 0
+    return table_main(render, __doc__, argv)
 
 
 if __name__ == "__main__":
