@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 from experiments.common import read_rows  # noqa: E402
 from experiments.table_markdown import DocTable  # noqa: E402
 
-DOCS = ("docs/experiments.md", "docs/runtime.md", "docs/search.md")
+DOCS = ("docs/experiments.md", "docs/runtime.md", "docs/search.md", "docs/sim.md")
 RESULTS = "docs/results"
 TEXT_TABLE = "<!-- text table -->"
 _OPEN = re.compile(r"^(?P<indent>\s*)<!-- table:(?P<name>[\w-]+)(?P<settings>(?: [\w-]+=\S+)*) -->$")

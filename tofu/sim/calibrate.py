@@ -24,6 +24,18 @@ the two identities' fitted cost: the fit gives
 ``copy_launch_seconds`` and the bandwidth of the one shared interconnect level. ``step_seconds``: an executor
 call of one tiny op; ``update_launch_seconds``: one imperative ``sgd_mom_update`` on a tiny array.
 
+**Kernel curves** (what the engine times kernels with, :mod:`tofu.sim.kernels`): per class, the **sweep**
+``SWEEP_CASES`` binds one operator family at 13 sizes from tiny to large work (4 to 6 decades of FLOPs or bytes),
+each timed as above over about ``SWEEP_SECONDS`` of calls, in ``SWEEP_ROUNDS`` rounds over all classes, each
+case beside its own measurement of the executor call c (a case's time and its c: the medians over the rounds, so
+that a burst of other work on a shared machine spoils one round, not the fit). The sizes alternate between the
+fit and the held-out set (the smallest and the largest are fitted, so every held-out size lies between fitted
+ones). :func:`~tofu.sim.kernels.fit_curve` fits the class's (R, h, a, L) by constrained least squares through
+the fit sizes (each case's kernel calls with their own works, forward and backward; the calibration cases
+above, measured at another moment with another c, are left out); the held-out sizes are then predicted by
+:func:`~tofu.sim.kernels.curve_seconds` (the other roofline side included) plus their c, and their errors
+recorded (:class:`CurveFit`). ``python -m tofu.sim.calibrate [--recalibrate]`` prints them (about a minute).
+
 ``concurrency`` is 1: the CPU contexts share the cores and each kernel already uses all of them, so the devices'
 times add up. The memory capacity is the machine's physical memory. The cache records ``VERSION``; a cache of
 another version, host or core count is measured again.
@@ -43,13 +55,18 @@ from pathlib import Path
 
 from tofu.graph.attrs import Attrs
 from tofu.sim.flops import OpClass, OpWork
-from tofu.sim.hardware import ClassRate, Level, Profile
+from tofu.sim.hardware import ClassCurve, ClassRate, KernelModel, Level, Profile
+from tofu.sim.kernels import curve_seconds, fit_curve, fit_rate
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path("results/sim/cpu_profile.json")
-VERSION = 3
+VERSION = 4
 RATE_BOUND = 4.0        # a class's fitted rate is at most this x the machine's peak (cache-resident ops may beat it)
+_COMMAND = "python -m tofu.sim.calibrate --recalibrate"
+
+__all__ = ["CALIBRATION_CASES", "SWEEP_CASES", "Calibration", "ClassFit", "CurveFit", "OpCase", "calibration",
+           "cpu_profile", "fit_rate", "measure", "measure_op"]
 
 Shape = tuple[int, ...]
 
@@ -154,6 +171,22 @@ CALIBRATION_CASES: dict[OpClass, tuple[OpCase, ...]] = {
 }
 COPY_ELEMENTS = (256, 16384, 262144, 1048576)
 
+# The kernel-curve sweep: per class one operator family at 13 sizes, smallest work first; even positions are
+# fitted, odd ones held out. None is a calibration case or a validation case of experiments/run_cpu_validation.py
+# (the tests check it).
+_ROWS = (1, 2, 5, 10, 32, 100, 316, 1000, 3162, 10000, 31623, 60000, 100000)
+_BATCHES = (1, 2, 4, 8, 20, 50, 130, 320, 800, 2000, 5000, 8000, 12800)
+SWEEP_CASES: dict[OpClass, tuple[OpCase, ...]] = {
+    OpClass.GEMM: tuple(fc(n, n, n) for n in (2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 640, 768, 1024)),
+    OpClass.CONVOLUTION: tuple(conv(b, c, hw, c, 3) for b, c, hw in (
+        (1, 2, 4), (1, 4, 4), (1, 4, 8), (1, 8, 8), (2, 8, 8), (2, 8, 16), (4, 16, 16), (4, 16, 32), (8, 32, 16),
+        (8, 32, 32), (12, 64, 16), (12, 64, 32), (16, 64, 32))),
+    OpClass.ELEMENTWISE: tuple(activation((n, 64)) for n in _ROWS),
+    OpClass.NORMALIZATION: tuple(batchnorm((n, 16, 8, 8)) for n in _BATCHES),
+    OpClass.POOLING: tuple(pooling((n, 16, 8, 8)) for n in _BATCHES),
+    OpClass.DATA_MOVEMENT: tuple(slice_case((2 * n, 64)) for n in _ROWS),
+}
+
 
 @dataclass(frozen=True)
 class ClassFit:
@@ -164,6 +197,26 @@ class ClassFit:
     launch: float
     cases: int
     median_abs_relative_error: float
+
+
+@dataclass(frozen=True)
+class CurveFit:
+    """One class's kernel curve (:mod:`tofu.sim.kernels`): R (FLOP/s or bytes/s, ``bound``), h, a, L; how many
+    cases it was fitted on and its median |relative error| there; the held-out sizes' median and worst |error|
+    and the case of the worst."""
+
+    bound: str
+    peak: float
+    w_half: float
+    alpha: float
+    launch: float
+    fit_cases: int
+    fit_median_error: float
+    heldout_cases: int
+    heldout_median_error: float
+    heldout_worst_error: float
+    heldout_worst_case: str
+    heldout: tuple[tuple[str, float], ...] = ()       # every held-out case and its (signed) relative error
 
 
 @dataclass(frozen=True)
@@ -181,6 +234,7 @@ class Calibration:
     host: str
     cores: int
     repeats: int
+    curves: dict[str, CurveFit] = field(default_factory=dict)
     version: int = VERSION
 
     def rates(self) -> tuple[tuple[OpClass, ClassRate], ...]:
@@ -193,6 +247,19 @@ class Calibration:
                 out.append((c, ClassRate(1.0, f.rate / self.copy_bandwidth, f.launch)))
         return tuple(out)
 
+    def kernels(self) -> KernelModel | None:
+        """The fitted curves (the other roofline side at the measured peaks: the copy bandwidth for contractions,
+        the GEMM FLOP/s for the others); None without curves (a calibration made before them)."""
+        if set(self.curves) != {c.value for c in OpClass}:
+            return None
+        out = []
+        for c in OpClass:
+            f = self.curves[c.value]
+            other = self.copy_bandwidth if c.contraction else self.gemm_flops
+            out.append((c, ClassCurve(f.peak, f.w_half, f.alpha, f.launch, other,
+                                      f"measured here: {f.fit_cases} cases ({_COMMAND})")))
+        return KernelModel(tuple(out))
+
     def profile(self) -> Profile:
         elementwise = self.classes[OpClass.ELEMENTWISE.value].launch
         return Profile(
@@ -202,12 +269,14 @@ class Calibration:
             host_bandwidth=self.copy_bandwidth, launch_seconds=elementwise, classes=self.rates(), concurrency=1,
             source=f"measured on {self.host} ({self.cores} cores) by tofu.sim.calibrate v{self.version}",
             step_seconds=self.call_seconds, update_launch_seconds=self.update_seconds,
-            copy_launch_seconds=self.copy_launch_seconds)
+            copy_launch_seconds=self.copy_launch_seconds, kernels=self.kernels())
 
     @classmethod
     def from_json(cls, doc: dict) -> Calibration:
         doc = dict(doc)
         doc["classes"] = {k: ClassFit(**v) for k, v in doc["classes"].items()}
+        doc["curves"] = {k: CurveFit(**{**v, "heldout": tuple(tuple(h) for h in v.get("heldout", ()))})
+                         for k, v in doc.get("curves", {}).items()}
         return cls(**doc)
 
 
@@ -244,6 +313,20 @@ def measure_op(case: OpCase, repeats: int) -> tuple[float, tuple[Shape, ...]]:
     return _median_seconds(run, repeats), tuple(tuple(o.shape) for o in exe.outputs)
 
 
+SWEEP_ROUNDS = 3
+"""How many times the whole sweep is measured; a case's time is the median over the rounds."""
+SWEEP_SECONDS = 0.02
+"""A sweep case is timed over about this many seconds of calls, at least 5 and at most 400 of them: many calls
+of a tiny op resist the other jobs of a shared machine, few calls of a large one keep the sweep short."""
+
+
+def _measure_long_enough(case: OpCase, repeats: int) -> tuple[float, tuple[Shape, ...]]:
+    """:func:`measure_op` with as many calls as take about ``SWEEP_SECONDS`` (between 5 and 400; a first
+    measurement of ``max(3, repeats // 5)`` calls estimates one call)."""
+    t, _ = measure_op(case, max(3, repeats // 5))
+    return measure_op(case, min(400, max(5, math.ceil(SWEEP_SECONDS / max(t, 1e-7)))))
+
+
 def case_work(case: OpCase, out_shapes: Sequence[Shape]) -> OpWork:
     """The forward work the model charges for one call of the case (an op without a TDL description, such as
     ``identity``: data movement of its inputs and outputs)."""
@@ -254,38 +337,6 @@ def case_work(case: OpCase, out_shapes: Sequence[Shape]) -> OpWork:
         elements = sum(math.prod(s) for s in [*ins, *out_shapes])
         return OpWork(0.0, 4.0 * elements, OpClass.DATA_MOVEMENT, frozenset())
     return op_call_work(case.op, Attrs.parse({k: str(v) for k, v in case.attrs.items()}), ins, out_shapes)
-
-
-def fit_rate(points: Sequence[tuple[float, float, float, float]], max_rate: float = math.inf) -> tuple[float, float]:
-    """(R, L) minimising sum_i ((c_i + n_i L + x_i / R) / t_i - 1)^2 over points (t_i, c_i, n_i, x_i), L >= 0
-    (t_i measured, c_i its known fixed part, n_i its kernel calls, x_i its work), R <= ``max_rate`` (when the
-    work explains nothing of the time, R is the bound, infinite only when unbounded, and L is refitted).
-
-    >>> r, l = fit_rate([(2.5, 0.5, 1, 10.0), (3.5, 0.5, 1, 20.0)])
-    >>> round(r, 6), round(l, 6)
-    (10.0, 1.0)
-    """
-    import numpy as np
-
-    t, c, n, x = (np.array([p[i] for p in points], dtype=float) for i in range(4))
-    a = np.stack([n / t, x / t], axis=1)
-    b = 1.0 - c / t
-    floor = 1.0 / max_rate                       # the smallest 1/R allowed (0 when unbounded)
-
-    def launch_for(inv: float) -> float:
-        r = b - inv * x / t
-        return max(0.0, float((r * n / t).sum() / ((n / t) ** 2).sum()))
-
-    # The minimum of a convex quadratic over {L >= 0, 1/R >= floor} is the unconstrained one when feasible,
-    # else it lies on an edge: L = 0 (1/R refitted) or 1/R = floor (L refitted).
-    (launch, inv), *_ = np.linalg.lstsq(a, b, rcond=None)
-    candidates = [(float(launch), float(inv))] if launch >= 0 and inv >= floor and inv > 0 else []
-    inv0 = max(floor, float((b * x / t).sum() / ((x / t) ** 2).sum()))
-    if inv0 > 0:
-        candidates.append((0.0, inv0))
-    candidates.append((launch_for(floor), floor))
-    launch, inv = min(candidates, key=lambda li: float(((a @ np.array(li) - b) ** 2).sum()))
-    return (1.0 / inv if inv > 0 else math.inf), launch
 
 
 def _class_fit(op_class: OpClass, measured: Sequence[tuple[OpCase, float, OpWork]], call: float,
@@ -303,6 +354,39 @@ def _class_fit(op_class: OpClass, measured: Sequence[tuple[OpCase, float, OpWork
     rate, launch = fit_rate(points, max_rate=RATE_BOUND * peak)
     errors = [abs((c + n * launch + x / rate) / t - 1) for t, c, n, x in points]
     return ClassFit("compute" if compute else "memory", rate, launch, len(points), statistics.median(errors))
+
+
+def _calls(case: OpCase, work: OpWork) -> list[tuple[float, float]]:
+    """(FLOPs, bytes) of each kernel call of one case: the forward, and the backward when an input has a gradient
+    (:func:`tofu.sim.model.backward_work`)."""
+    from tofu.sim.model import backward_work
+
+    bf, bb = backward_work(work, case.grads)
+    return [(work.flops, work.bytes)] + ([(bf, bb)] if bf or bb else [])
+
+
+def _curve_fit(op_class: OpClass, fitted: Sequence[tuple[OpCase, float, OpWork, float]],
+               heldout: Sequence[tuple[OpCase, float, OpWork, float]], peaks: tuple[float, float]) -> CurveFit:
+    """The class's curve through ``fitted`` (each case: its measured seconds, its work, the executor call's fixed
+    cost measured beside it), R at most ``RATE_BOUND`` x the machine's peak, and its errors on ``heldout``.
+    ``peaks``: the GEMM FLOP/s and the copy bandwidth (the other roofline side in the held-out prediction)."""
+    gemm_flops, copy_bandwidth = peaks
+    compute = op_class.contraction
+    peak, other = (gemm_flops, copy_bandwidth) if compute else (copy_bandwidth, gemm_flops)
+    points = [(t, call, tuple(f if compute else b for f, b in _calls(case, work))) for case, t, work, call in fitted]
+    fit = fit_curve(points, max_rate=RATE_BOUND * peak)
+    curve = ClassCurve(fit.peak, fit.w_half, fit.alpha, fit.launch, other)
+
+    def error(case: OpCase, t: float, work: OpWork, call: float) -> float:
+        return (call + sum(curve_seconds(curve, op_class, f, b) for f, b in _calls(case, work))) / t - 1.0
+
+    fit_errors = [abs(error(*m)) for m in fitted]
+    signed = tuple((m[0].name, error(*m)) for m in heldout)
+    held = [(abs(e), name) for name, e in signed]
+    worst = max(held) if held else (0.0, "")
+    return CurveFit("compute" if compute else "memory", fit.peak, fit.w_half, fit.alpha, fit.launch, len(fitted),
+                    statistics.median(fit_errors), len(held),
+                    statistics.median(e for e, _ in held) if held else 0.0, worst[0], worst[1], signed)
 
 
 def _copy_fit(repeats: int, identity_rate: ClassFit, call: float, local: float) -> tuple[float, float]:
@@ -336,7 +420,7 @@ def _call_seconds(repeats: int) -> float:
 
 
 def measure(repeats: int = 15) -> Calibration:
-    """Runs the microbenchmarks (about half a minute on 2 cores at 15 repeats)."""
+    """Runs the microbenchmarks (about a minute on 2 cores at 15 repeats)."""
     import mxnet as mx
 
     gemm_n = 1024
@@ -349,7 +433,7 @@ def measure(repeats: int = 15) -> Calibration:
     t_copy = _median_seconds(lambda: (src.copyto(dst), dst.wait_to_read()), max(5, repeats // 3))
     gemm_flops, copy_bandwidth = 2 * gemm_n ** 3 / t_gemm, 2 * n * 4 / t_copy
 
-    calls, fits = [], {}
+    calls, fits, curves = [], {}, {}
     for op_class, cases in CALIBRATION_CASES.items():
         call = _call_seconds(repeats)          # measured beside each class: the shared machine drifts
         calls.append(call)
@@ -359,6 +443,21 @@ def measure(repeats: int = 15) -> Calibration:
             measured.append((case, t, case_work(case, outs)))
         peak = gemm_flops if op_class.contraction else copy_bandwidth
         fits[op_class.value] = _class_fit(op_class, measured, call, peak)
+    # Rounds over every class, each case beside its own executor call: a burst of other work on the shared
+    # machine spoils one round's measurements of a case, not its median.
+    rounds: dict[tuple[OpClass, int], list[tuple[float, float]]] = {}
+    outs: dict[tuple[OpClass, int], tuple[Shape, ...]] = {}
+    for _ in range(SWEEP_ROUNDS):
+        for op_class, cases in SWEEP_CASES.items():
+            for i, case in enumerate(cases):
+                call = _call_seconds(repeats)
+                t, outs[op_class, i] = _measure_long_enough(case, repeats)
+                rounds.setdefault((op_class, i), []).append((t, call))
+    for op_class, cases in SWEEP_CASES.items():
+        sweep = [(case, statistics.median(t for t, _ in rounds[op_class, i]), case_work(case, outs[op_class, i]),
+                  statistics.median(c for _, c in rounds[op_class, i])) for i, case in enumerate(cases)]
+        curves[op_class.value] = _curve_fit(op_class, sweep[0::2], sweep[1::2], (gemm_flops, copy_bandwidth))
+        log.info("%s: %s", op_class.value, curves[op_class.value])
     cross_bw, copy_launch = _copy_fit(repeats, fits[OpClass.DATA_MOVEMENT.value], _call_seconds(repeats),
                                       copy_bandwidth)
     call = statistics.median(calls)
@@ -374,7 +473,7 @@ def measure(repeats: int = 15) -> Calibration:
 
     memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     return Calibration(gemm_flops, copy_bandwidth, cross_bw, copy_launch, call, update, fits,
-                       memory, platform.node(), os.cpu_count() or 1, repeats)
+                       memory, platform.node(), os.cpu_count() or 1, repeats, curves)
 
 
 def calibration(path: Path | None = DEFAULT_CACHE, recalibrate: bool = False, repeats: int = 15) -> Calibration:
@@ -399,3 +498,37 @@ def calibration(path: Path | None = DEFAULT_CACHE, recalibrate: bool = False, re
 def cpu_profile(path: Path | None = DEFAULT_CACHE, recalibrate: bool = False) -> Profile:
     """The ``cpu`` profile of this machine (see the module docstring)."""
     return calibration(path, recalibrate).profile()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tofu.sim.calibrate [--recalibrate] [--cache PATH]``: the ``cpu`` profile's kernel curves and
+    their held-out errors (measured when the cache is absent or stale, or asked)."""
+    import argparse
+
+    p = argparse.ArgumentParser(description=main.__doc__.splitlines()[0])
+    p.add_argument("--recalibrate", action="store_true", help="measure again even when the cache is current")
+    p.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="the cache file")
+    args = p.parse_args(argv)
+    start = time.perf_counter()
+    cal = calibration(args.cache, args.recalibrate)
+    print(f"cpu profile of {cal.host} ({cal.cores} cores), {time.perf_counter() - start:.1f} s; GEMM "
+          f"{cal.gemm_flops / 1e9:.1f} GFLOP/s, copy {cal.copy_bandwidth / 1e9:.1f} GB/s, executor call "
+          f"{cal.call_seconds * 1e6:.0f} us")
+    print("class           R                h         a     L (us)  fit: cases |err|  held out: cases median worst")
+    errors = []
+    for name, f in cal.curves.items():
+        unit = "FLOP/s" if f.bound == "compute" else "B/s"
+        print(f"{name:15s} {f.peak:9.3g} {unit:6s} {f.w_half:9.3g} {f.alpha:5.2f} {f.launch * 1e6:8.1f}"
+              f"  {f.fit_cases:5d} {f.fit_median_error:5.1%}  {f.heldout_cases:5d} {f.heldout_median_error:6.1%}"
+              f" {f.heldout_worst_error:6.1%} ({f.heldout_worst_case})")
+        errors += [abs(e) for _, e in f.heldout]
+    if errors:
+        print(f"all classes: {len(errors)} held-out sizes, median |error| {statistics.median(errors):.1%}, "
+              f"worst {max(errors):.1%}")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

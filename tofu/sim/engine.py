@@ -23,8 +23,8 @@ The rules (MXNet 1.9.1's ``ThreadedEnginePerDevice``; numbers named where they a
   and enters, one per direction; a shared level's one link). The links are shared max-min fairly among the
   transfers crossing them at each moment (progressive filling: raise every rate together; a link that fills
   freezes the rates of its transfers; repeat), the rates recomputed whenever a transfer starts or finishes.
-* A compute task takes :func:`kernel_seconds`: the roofline of :mod:`tofu.sim.model` for now (the function the
-  kernel model of issue 21, part 2, replaces by size-dependent efficiency curves). The iteration's time is the
+* A compute task takes :func:`kernel_seconds`: its op class's size-dependent curve (:mod:`tofu.sim.kernels`;
+  a profile without curves: the roofline of :mod:`tofu.sim.model`). The iteration's time is the
   last task's end plus ``profile.step_seconds`` (the executor's fixed cost per iteration).
 
 Memory: a tensor is held on its device from the start of the task that writes it to the end of its last
@@ -40,9 +40,8 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tofu.sim.flops import OpWork
+from tofu.sim import kernels
 from tofu.sim.hardware import Link, Profile
-from tofu.sim.model import roofline_seconds
 from tofu.sim.program import Program, Task, TaskKind, program_from_plan, program_from_symbol
 
 
@@ -115,12 +114,10 @@ KernelTime = Callable[[Task, Profile], float]
 
 
 def kernel_seconds(task: Task, profile: Profile) -> float:
-    """The time of one compute or update task: the roofline of :func:`tofu.sim.model.roofline_seconds` on its
-    FLOPs and bytes with its class's efficiencies and launch cost (an update: the profile's update launch cost).
-    Part 2 of issue 21 replaces this by size-dependent efficiency curves."""
-    work = OpWork(task.flops, task.nbytes, task.op_class, frozenset())
-    launch = profile.update_launch if task.kind is TaskKind.UPDATE else None
-    return roofline_seconds(work, task.flops, task.nbytes, profile, launch)
+    """The time of one compute or update task: its class's size-dependent curve on its FLOPs and bytes,
+    :func:`tofu.sim.kernels.kernel_seconds` (t = L + max(w / r(w), the roofline's other side), r(w) = R w^a /
+    (w^a + h^a); a profile without curves: its roofline)."""
+    return kernels.kernel_seconds(task, profile)
 
 
 def max_min_rates(routes: Mapping[int, Sequence[Link]], capacity: Mapping[Link, float]) -> dict[int, float]:

@@ -13,6 +13,7 @@ slowest, see :func:`tofu.analysis.compose.coordinates`), so a plan's first cut s
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 
 from tofu.sim.flops import OpClass
@@ -74,6 +75,49 @@ class ClassRate:
             raise ValueError(f"class rate {self}: efficiencies must be positive, launch non-negative")
 
 
+@dataclass(frozen=True)
+class ClassCurve:
+    """How fast one op class's kernels run on a device as a function of their work (:mod:`tofu.sim.kernels` has
+    the form and its math).
+
+    Attributes:
+        peak: R, the rate large kernels reach: FLOP/s for a contraction (GEMM, convolution), bytes/s otherwise.
+        w_half: h, the work (FLOPs, or bytes) at which a kernel reaches half of ``peak``; 0: no fall.
+        alpha: a, how steeply the rate falls below ``w_half`` (r ~ R (w / h)^a), 0 < a <= 1.
+        launch: L, fixed seconds per kernel call beside its work.
+        other: the rate of the roofline's other side: bytes/s a contraction's kernels stream, FLOP/s the others'
+            compute (inf: that side never bounds).
+        source: where the numbers come from, in one line (docs/sim.md's parameter table shows it).
+    """
+
+    peak: float
+    w_half: float
+    alpha: float
+    launch: float
+    other: float = math.inf
+    source: str = ""
+
+    def __post_init__(self):
+        if not (self.peak > 0 and self.w_half >= 0 and 0 < self.alpha <= 1 and self.launch >= 0 and self.other > 0):
+            raise ValueError(f"class curve {self}: peak and other must be positive, w_half and launch "
+                             f"non-negative, alpha in (0, 1]")
+
+
+@dataclass(frozen=True)
+class KernelModel:
+    """Per :class:`~tofu.sim.flops.OpClass`, its :class:`ClassCurve` (every class, once)."""
+
+    curves: tuple[tuple[OpClass, ClassCurve], ...]
+
+    def __post_init__(self):
+        classes = [c for c, _ in self.curves]
+        if sorted(classes, key=lambda c: c.value) != sorted(OpClass, key=lambda c: c.value):
+            raise ValueError(f"a kernel model needs one curve per op class, got {[c.value for c in classes]}")
+
+    def curve(self, op_class: OpClass) -> ClassCurve:
+        return next(k for c, k in self.curves if c is op_class)
+
+
 def uniform_rates(compute: float, memory: float, launch: float) -> tuple[tuple[OpClass, ClassRate], ...]:
     """The same rate for every op class (the GPU profiles' stated assumption)."""
     return tuple((c, ClassRate(compute, memory, launch)) for c in OpClass)
@@ -107,6 +151,8 @@ class Profile:
         copy_engines: how many copies between devices one device runs at once beside its compute
             (:mod:`tofu.sim.engine`; a copy runs on its source's); 0: copies run on the source's compute stream
             (MXNet runs a CPU context's copies in that context's compute workers).
+        kernels: per op class, the size-dependent kernel-time curves of :mod:`tofu.sim.kernels` (what the engine
+            times a kernel with); None: the roofline of ``classes`` (constant efficiencies, no fall for small work).
     """
 
     name: str
@@ -126,6 +172,7 @@ class Profile:
     host_sharing: int = 1
     host_memory_bytes: float = 0.0
     copy_engines: int = 0
+    kernels: KernelModel | None = None
 
     def rate(self, op_class: OpClass) -> ClassRate:
         """The class's rates (a class the profile lacks: efficiencies 1, ``launch_seconds``)."""
@@ -181,6 +228,39 @@ class Profile:
                 raise ValueError(f"profile {self.name}: level size {outer} is not a multiple of {inner}")
 
 
+def _model(gemm: ClassCurve, convolution: ClassCurve, memory: ClassCurve) -> KernelModel:
+    """GEMM and convolution curves, and one curve for every memory-bound class."""
+    own = {OpClass.GEMM: gemm, OpClass.CONVOLUTION: convolution}
+    return KernelModel(tuple((c, own.get(c, memory)) for c in OpClass))
+
+
+# The kernel curves (tofu.sim.kernels) of one K80 die, derived from published measurements by
+# tofu.sim.published.k80_curves (rounded to 3 digits; tests/sim/test_kernels.py re-derives them).
+K80_KERNELS = _model(
+    # cuBLAS 7.0 SGEMM on a Tesla K40 (clBLAS doc/performance/cuBLAS_7.0/Tesla_K40/sgemm.csv, n = 32..5760),
+    # fitted (R 3.40 TFLOP/s, h 1.96e8, a 0.43, L 16.8 us), R and h scaled to a K80 die by its 13 of the K40's 15
+    # SMX (same Kepler SMX, same 875 MHz boost); the memory side at the memory classes' rate
+    gemm=ClassCurve(2.94e12, 1.7e8, 0.43, 1.68e-05, 1.8e11, "K40 cuBLAS 7.0 SGEMM (clBLAS perf data) x 13/15 SMX"),
+    # R fitted so that one die's simulated ResNet-50 training iteration matches MXNet's published K80 throughput
+    # (docs/faq/perf.md, batch 1..32); h = R tau, a and L: the GEMM's (assumed)
+    convolution=ClassCurve(1.68e12, 9.71e7, 0.43, 1.68e-05, 1.8e11,
+                           "fitted to MXNet's K80 ResNet-50 training table; h, a, L as GEMM (assumed)"),
+    # assumed: 0.75 x the die's 240 GB/s (ECC on; no published streaming measurement of a K80 die was found);
+    # h = R tau with the GEMM's tau = h / R, a and L the GEMM's
+    memory=ClassCurve(1.8e11, 1.04e7, 0.43, 1.68e-05, 2.94e12,
+                      "assumed: 0.75 x datasheet bandwidth (ECC); h, a, L as GEMM"))
+
+# One V100's, derived from Baidu DeepBench's V100 FP32 training results by tofu.sim.published.v100_curves.
+V100_KERNELS = _model(
+    # every DeepBench GEMM (160): (R, h, a, L) and the streaming rate of the memory side fitted together
+    gemm=ClassCurve(1.38e13, 5.69e7, 0.515, 1.01e-05, 6.27e11, "DeepBench V100 FP32 GEMM (160 kernels)"),
+    # every DeepBench convolution kernel (272: forward, backward data, backward filter); cuDNN's Winograd and
+    # FFT algorithms make the rate in direct-convolution FLOPs exceed the 15.7 TFLOP/s peak
+    convolution=ClassCurve(4.2e13, 5.61e9, 0.422, 2.48e-05, 6.27e11, "DeepBench V100 FP32 convolution (272 kernels)"),
+    # the GEMMs' streaming rate (assumed to stand for element-wise kernels); h = R tau, a and L the GEMM's
+    memory=ClassCurve(6.27e11, 2.59e6, 0.515, 1.01e-05, 1.38e13,
+                      "DeepBench V100 GEMM streaming rate (assumed for these classes); h, a, L as GEMM"))
+
 K80X8 = Profile(
     name="k80x8", devices=8,
     # One GK210 die (one p2 "GPU"): 2496 CUDA cores x 2 FLOP (FMA) x 875 MHz boost = 4.37 TFLOP/s, which is half
@@ -207,6 +287,7 @@ K80X8 = Profile(
     # MXNet 1.9.1 runs a GPU-to-GPU copy on its source's copy workers, MXNET_GPU_COPY_NTHREADS of them, default 2
     # (src/ndarray/ndarray.cc CopyFromTo, src/engine/threaded_engine_perdevice.cc; docs faq/env_var.md)
     copy_engines=2,
+    kernels=K80_KERNELS,                    # what the engine times kernels with (the additive model: classes)
     source="NVIDIA Tesla K80 datasheet (per GK210 die); Tofu paper section 7 (21 GB/s P2P, 10 GB/s CPU-GPU)")
 
 V100X8 = Profile(
@@ -227,6 +308,7 @@ V100X8 = Profile(
     classes=uniform_rates(compute=0.7, memory=0.8, launch=5e-6),     # ours, stated and not fitted
     concurrency=8,
     copy_engines=2,                          # MXNet's MXNET_GPU_COPY_NTHREADS default, as k80x8
+    kernels=V100_KERNELS,
     source="NVIDIA Tesla V100 datasheet (SXM2), DGX-1 V100 whitepaper (hybrid cube-mesh NVLink)")
 
 GPU_PROFILES = {p.name: p for p in (K80X8, V100X8)}
@@ -245,3 +327,147 @@ def profile(name: str) -> Profile:
         from tofu.sim.calibrate import cpu_profile     # measures with MXNet; only this profile needs it
         return cpu_profile()
     raise ValueError(f"unknown hardware profile '{name}'; known: {', '.join(NAMES)}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Host memory in the topology (issue 21, item 3: Swap's transfers to and from host memory on the engine).
+
+HOST_LEVEL = "host"
+"""The name of the host level: the links between groups of devices and host memory."""
+
+
+@dataclass(frozen=True)
+class HostPath:
+    """How a profile's devices reach host memory, beside :attr:`Profile.host_bandwidth` and
+    :attr:`Profile.host_sharing`: every ``host_sharing`` consecutive devices share one link to host memory of
+    ``host_bandwidth`` bytes/s per direction (the host level); a transfer to or from host memory also crosses the
+    uplinks of the device's domains at the interconnect levels named in ``through`` (the PCIe tree below that
+    link), and each device runs ``engines`` such transfers at once per direction."""
+
+    through: tuple[str, ...]
+    engines: int
+    source: str
+
+
+HOST_PATHS = {
+    # What is known of the p2.8xlarge: 8 GK210 dies on 4 K80 boards, two dies behind each board's PCIe switch
+    # (NVIDIA Tesla K80 datasheet), CPU-GPU 10 GB/s (PAPER.md, section 7). Assumed (ours, as K80X8's levels and
+    # host_sharing): a host transfer leaves the die over its own link and its board's switch uplink (levels
+    # "die" and "pair", 21 GB/s), then the quad's one uplink to the root complex, where host memory is: that
+    # uplink is the host level, 10 GB/s per direction shared by the quad's 4 dies (host_sharing=4); host memory
+    # and the root complex beyond it are not a bottleneck. A GK210 die has two DMA copy engines (CUDA's
+    # asyncEngineCount 2 on Kepler Tesla parts): one transfer per direction at once.
+    "k80x8": HostPath(through=("die", "pair"), engines=1,
+                      source="PAPER.md (CPU-GPU 10 GB/s); the PCIe tree below the root assumed (docs/sim.md)"),
+    # Host traffic crosses PCIe, not NVLink (the profile's levels): only the host level, a PCIe switch per GPU
+    # pair (DGX-1 V100 whitepaper, host_sharing=2) at 16 GB/s. One transfer per direction at once: ours.
+    "v100x8": HostPath(through=(), engines=1, source="DGX-1 V100 whitepaper (a PCIe switch per GPU pair)"),
+}
+
+
+@dataclass(frozen=True)
+class HostedProfile(Profile):
+    """A profile with host memory in its topology, for programs that copy to and from host memory (Swap).
+
+    Devices ``0 .. gpus - 1`` are the profile's; device ``gpus + d`` is device ``d``'s host memory, an endpoint
+    that computes nothing: a copy from ``d`` to ``gpus + d`` moves a block out to host memory on ``d``'s copy
+    engines, one from ``gpus + d`` to ``d`` moves it in on the endpoint's (so each direction has its own
+    ``copy_engines``, :attr:`HostPath.engines`). Its ``levels`` are the profile's and the host level, whose size
+    (every device and endpoint: ``2 gpus``) only keeps the nesting of levels valid: :meth:`route` gives the host
+    links, one per ``host_sharing`` devices.
+    """
+
+    gpus: int = 0
+    through: tuple[str, ...] = ()
+
+    def host(self, device: int) -> int:
+        """The endpoint of ``device``'s host memory."""
+        return self.gpus + device
+
+    def route(self, a: int, b: int) -> tuple[Link, ...]:
+        """:meth:`Profile.route` between devices; to host memory, the uplinks of the device's domains at the
+        ``through`` levels, then its group's host link (from host memory: the same links, the other way)."""
+        if a < self.gpus and b < self.gpus:
+            return super().route(a, b)
+        if (a < self.gpus) == (b < self.gpus):
+            raise ValueError(f"profile {self.name}: no route between host endpoints {a} and {b}")
+        device, direction = (a, Direction.UP) if a < self.gpus else (b, Direction.DOWN)
+        links = [Link(lv.name, 0, Direction.SHARED) if lv.shared else Link(lv.name, device // lv.size, direction)
+                 for lv in self.levels if lv.name in self.through]
+        links.append(Link(HOST_LEVEL, device // self.host_sharing, direction))
+        return tuple(links) if direction is Direction.UP else tuple(reversed(links))
+
+
+def with_host(base: Profile) -> HostedProfile:
+    """``base`` with host memory in its topology (:class:`HostedProfile`, :data:`HOST_PATHS`).
+
+    Raises:
+        ValueError: ``base`` has no known host path (the ``cpu`` profile), or its devices do not divide into
+            groups of ``host_sharing``.
+    """
+    path = HOST_PATHS.get(base.name)
+    if path is None:
+        raise ValueError(f"profile {base.name} has no host path; known: {', '.join(HOST_PATHS)}")
+    if base.devices % base.host_sharing:
+        raise ValueError(f"profile {base.name}: {base.devices} devices do not divide into host links of "
+                         f"{base.host_sharing}")
+    import dataclasses
+
+    fields = {f.name: getattr(base, f.name) for f in dataclasses.fields(Profile)}
+    fields.update(devices=2 * base.devices, copy_engines=path.engines,
+                  levels=base.levels + (Level(HOST_LEVEL, 2 * base.devices, base.host_bandwidth),))
+    return HostedProfile(**fields, gpus=base.devices, through=path.through)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Where every number of the GPU profiles comes from, per profile and Profile field (the kernel curves carry
+# their own, ClassCurve.source): docs/sim.md's parameter table (experiments/table_sim.py) is written from these
+# and the profile objects. "assumed" marks a number no publication gives.
+
+_CPU_MEASURED = "measured here: `python -m tofu.sim.calibrate --recalibrate` (tofu.sim.calibrate)"
+PARAMETER_SOURCES: dict[str, dict[str, str]] = {
+    "k80x8": {
+        "devices": "PAPER.md, section 7: p2.8xlarge, 8 GPUs (4 K80 boards of 2 GK210 dies)",
+        "peak_flops": "NVIDIA Tesla K80 datasheet: 8.73 TFLOP/s FP32 at boost per board, halved per die",
+        "mem_bandwidth": "NVIDIA Tesla K80 datasheet: 480 GB/s per board, halved per die",
+        "memory_bytes": "NVIDIA Tesla K80 datasheet: 24 GB per board, halved per die; PAPER.md",
+        "levels": "P2P 21 GB/s and CPU-GPU 10 GB/s: PAPER.md, section 7; the tree (pairs, quads, root): assumed",
+        "host_bandwidth": "PAPER.md, section 7: CPU-GPU 10 GB/s",
+        "host_sharing": "assumed: a quad's 4 dies share its switch's uplink (the levels' tree)",
+        "host_memory_bytes": "PAPER.md, section 7: 488 GB host memory",
+        "launch_seconds": "assumed: a CUDA launch plus MXNet's engine push (the additive model's; kernels: curves)",
+        "classes": "assumed: compute 0.6, memory 0.75 for every class (the additive model only)",
+        "concurrency": "every GPU computes at once",
+        "step_seconds": "not modelled (0)",
+        "update_launch_seconds": "none: the elementwise curve's launch",
+        "copy_launch_seconds": "assumed: the launch cost (per-transfer latency)",
+        "copy_engines": "MXNet 1.9.1 MXNET_GPU_COPY_NTHREADS default 2 (docs faq/env_var.md)",
+    },
+    "v100x8": {
+        "devices": "AWS p3.16xlarge: 8 V100 (the paper's second machine type)",
+        "peak_flops": "NVIDIA Tesla V100 (SXM2) datasheet: 15.7 TFLOP/s FP32",
+        "mem_bandwidth": "NVIDIA Tesla V100 (SXM2) datasheet: 900 GB/s HBM2",
+        "memory_bytes": "NVIDIA Tesla V100 (SXM2) datasheet: 16 GB",
+        "levels": "NVLink 25 GB/s per link and direction (datasheet), hybrid cube-mesh (DGX-1 V100 whitepaper); "
+                  "2 links per GPU inside a quad: assumed",
+        "host_bandwidth": "PCIe 3.0 x16 specification: 15.75 GB/s per direction",
+        "host_sharing": "DGX-1 V100 whitepaper: a PCIe switch per GPU pair",
+        "host_memory_bytes": "AWS p3.16xlarge: 488 GiB",
+        "launch_seconds": "assumed: order of a CUDA kernel launch (the additive model's; kernels: curves)",
+        "classes": "assumed: compute 0.7, memory 0.8 for every class (the additive model only)",
+        "concurrency": "every GPU computes at once",
+        "step_seconds": "not modelled (0)",
+        "update_launch_seconds": "none: the elementwise curve's launch",
+        "copy_launch_seconds": "assumed: the launch cost (per-transfer latency)",
+        "copy_engines": "MXNet 1.9.1 MXNET_GPU_COPY_NTHREADS default 2 (docs faq/env_var.md)",
+    },
+    "cpu": {
+        "devices": "CPU contexts cpu(0..63) of this machine (a plan may use any number)",
+        "memory_bytes": "this machine's physical memory (os.sysconf)",
+        "concurrency": "the contexts share the cores, each kernel uses all of them: 1",
+        "host_sharing": "not modelled (1)", "host_memory_bytes": "not modelled (0)",
+        "copy_engines": "MXNet runs a CPU context's copies in its compute workers: 0",
+        **{k: _CPU_MEASURED for k in ("peak_flops", "mem_bandwidth", "levels", "host_bandwidth", "launch_seconds",
+                                      "classes", "step_seconds", "update_launch_seconds", "copy_launch_seconds")},
+    },
+}

@@ -11,9 +11,9 @@ Output: a :class:`Program`, a frozen value: its :class:`Task` list (in a topolog
 and the :class:`Tensor` values the tasks read and write. :func:`build_program` is the one construction both
 readers share. It does what MXNet does to the forward graph when it binds it for training:
 
-1. **Common expressions** (``src/executor/eliminate_common_expr_pass.cc``, on by default): an op reading the
-   same values as an earlier op of the same kind, attributes and device is dropped, its readers reading the
-   earlier op's outputs. **Dead code**: only the ops the heads depend on run.
+1. **Common expressions** (``src/executor/eliminate_common_expr_pass.cc``, on by MXNet's default, off under
+   tofu: :func:`eliminates_common_expressions`): an op reading the same values as an earlier op of the same
+   kind, attributes and device is dropped, its readers reading the earlier op's outputs. **Dead code**: only the ops the heads depend on run.
 2. **Gradient** (``src/nnvm/gradient.cc`` of MXNet 1.9.1). In reverse topological order, an op gets a backward
    when some input needs a gradient (a parameter, or computed from one through ops other than a loss,
    ``BlockGrad`` and fills) and an output has an adjoint (a loss op always has: its backward injects the loss
@@ -77,6 +77,13 @@ def grad_sum_cap() -> int:
     MXNet's default :data:`MXNET_GRAD_SUM_CAP`."""
     return int(os.environ.get("MXNET_EXEC_INPLACE_GRAD_SUM_CAP", MXNET_GRAD_SUM_CAP))
 
+def eliminates_common_expressions() -> bool:
+    """Whether MXNet eliminates common expressions in this process: ``MXNET_ELIMINATE_COMMON_EXPR``, which
+    importing ``tofu`` sets to 0 unless the user set it (each device computes its own ops:
+    docs/runtime.md); MXNet's default is on."""
+    return os.environ.get("MXNET_ELIMINATE_COMMON_EXPR", "1") != "0"
+
+
 _NO_GRADIENT = frozenset({"BlockGrad", "stop_gradient", "zeros_like", "ones_like", "_zeros", "zeros", "_full",
                           "full"})
 """Ops through which no gradient flows (their FGradient gives zeros, or they read nothing)."""
@@ -121,6 +128,7 @@ class Origin(enum.Enum):
     EXPANSION = "expansion"      # an op run by its expansion (and its statistics exchange), or touching one
     GRADIENT_SUM = "gradient_sum"  # MXNet's sum of an entry's gradient contributions
     OPTIMIZER = "optimizer"      # the update
+    SWAP = "swap"                # a copy to or from host memory (tofu.sim.swap)
 
 
 class TensorKind(enum.Enum):
@@ -326,7 +334,8 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
     """The program of one training iteration of the partitioned forward graph ``flow`` of ``graph`` on
     ``workers`` devices (see the module docstring); ``sum_cap``: MXNet's in-place gradient sum cap (None:
     :func:`grad_sum_cap`)."""
-    flow = _eliminate_common(flow)
+    if eliminates_common_expressions():
+        flow = _eliminate_common(flow)
     values, ops = flow.values, flow.ops
     live = _live_ops(flow)
     needs = _needs_gradient(flow, live)
@@ -593,9 +602,36 @@ def _value_label(graph: Graph, value: FlowValue) -> str:
 
 # ---------------------------------------------------------------------------------------------- entry points
 
-def program_from_plan(graph: Graph, plan) -> Program:
-    """The program of ``graph`` under ``plan``, built from the plan alone (no MXNet)."""
-    return build_program(dataflow_from_plan(graph, plan), graph, plan.workers)
+def program_from_plan(graph: Graph, plan, sum_cap: int | None = None) -> Program:
+    """The program of ``graph`` under ``plan``, built from the plan alone (no MXNet); ``sum_cap`` as
+    :func:`build_program`'s."""
+    return build_program(dataflow_from_plan(graph, plan), graph, plan.workers, sum_cap)
+
+
+def placed(flow: Dataflow, devices: Sequence[int]) -> Dataflow:
+    """A one-device dataflow with its ops moved to other devices: a kernel call of graph node n to
+    ``devices[n]``, any other op to its first input's device (else the device of the op before it); a variable
+    to its first reader's device, an op's output to the op's. :func:`build_program` then copies every value read
+    on another device (operator placement: :func:`tofu.sim.baselines.layer_placement` gives ``devices``)."""
+    device_of_op: list[int] = []
+    value_device: dict[int, int] = {}
+    for op in flow.ops:
+        if op.node is not None:
+            d = devices[op.node]
+        else:
+            first = next((flow.values[v] for v in op.inputs), None)
+            d = value_device.get(first.id, 0) if first is not None and first.producer is not None else \
+                (device_of_op[-1] if device_of_op else 0)
+        device_of_op.append(d)
+        for v in op.inputs:
+            value_device.setdefault(v, d)
+        for v in op.outputs:
+            value_device[v] = d
+    values = tuple(FlowValue(v.id, value_device.get(v.id, v.device), v.nbytes, v.tensor, v.role, v.producer)
+                   for v in flow.values)
+    ops = tuple(FlowOp(d, op.op, op.work, op.inputs, op.outputs, op.node, op.expansion, op.to, op.attrs)
+                for d, op in zip(device_of_op, flow.ops))
+    return Dataflow(values, ops, flow.heads)
 
 
 def program_from_symbol(graph: Graph, plan) -> Program:

@@ -1,0 +1,236 @@
+"""The kernel-time model (tofu/sim/kernels.py) against independent references: the curve's limits and shape
+by hand, the time formula by hand, the roofline fallback against the additive model's roofline, the fit against
+known parameters and against brute force on a grid, the GPU profiles' numbers against their derivation from the
+published measurements (tofu/sim/published.py), and the engine timing a task by the formula."""
+import dataclasses
+import itertools
+import math
+import random
+
+import numpy as np
+import pytest
+
+from tofu.sim import kernels, published
+from tofu.sim.calibrate import CALIBRATION_CASES, SWEEP_CASES, case_work
+from tofu.sim.engine import kernel_seconds, simulate
+from tofu.sim.flops import OpClass, OpWork
+from tofu.sim.hardware import K80X8, V100X8, ClassCurve, ClassRate, KernelModel, Level, Profile
+from tofu.sim.kernels import busy_seconds, curve_loss, fit_curve, fit_rate, rate, seconds
+from tofu.sim.model import roofline_seconds
+from tofu.sim.program import Origin, Phase, Program, Task, TaskKind, Tensor, TensorKind
+
+CURVES = [ClassCurve(2.9e12, 1.7e8, 0.43, 1.7e-5, 1.8e11), ClassCurve(1e9, 1e4, 1.0, 0.0),
+          ClassCurve(5e10, 3e5, 0.1, 2e-6, 4e10)]
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=str)
+def test_large_work_runs_at_the_peak_and_the_half_work_at_half_of_it(curve):
+    assert rate(curve, curve.w_half) == pytest.approx(curve.peak / 2, rel=1e-12)
+    big = curve.w_half * 10 ** (7 / curve.alpha)          # (h / w)^a = 1e-7
+    assert rate(curve, big) == pytest.approx(curve.peak, rel=1e-6)
+    assert busy_seconds(curve, big) == pytest.approx(big / curve.peak, rel=1e-6)
+    assert rate(dataclasses.replace(curve, w_half=0.0), 1.0) == curve.peak          # h = 0: no fall
+
+
+@pytest.mark.parametrize("curve", CURVES, ids=str)
+def test_the_rate_and_the_time_rise_with_the_work(curve):
+    works = np.geomspace(curve.w_half * 1e-6, curve.w_half * 1e6, 400)
+    rates = [rate(curve, w) for w in works]
+    times = [busy_seconds(curve, w) for w in works]
+    assert all(a < b for a, b in zip(rates, rates[1:]))
+    assert all(a < b for a, b in zip(times, times[1:]))
+    assert all(0 < r < curve.peak for r in rates)
+
+
+def test_alpha_one_is_hockneys_form():
+    curve = ClassCurve(1e9, 1e4, 1.0, 3e-6)
+    for w in (1.0, 1e3, 1e4, 1e7):
+        assert rate(curve, w) == pytest.approx(1e9 * w / (w + 1e4), rel=1e-12)
+        assert busy_seconds(curve, w) == pytest.approx((w + 1e4) / 1e9, rel=1e-12)
+
+
+def test_the_time_of_a_kernel_by_hand():
+    gemm = ClassCurve(4e12, 1e8, 0.5, 1e-5, 2e11)
+    stream = ClassCurve(2e11, 1e7, 0.5, 2e-6, 4e12)
+    model = KernelModel(tuple((c, gemm if c.contraction else stream) for c in OpClass))
+    f, b = 1e9, 1e6                                     # compute bound: F / r(F) >> B / O
+    assert seconds(OpClass.GEMM, f, b, model) == pytest.approx(1e-5 + (f + math.sqrt(1e8 * f)) / 4e12, rel=1e-12)
+    f, b = 1e6, 1e9                                     # memory bound: the other side
+    assert seconds(OpClass.CONVOLUTION, f, b, model) == pytest.approx(1e-5 + b / 2e11, rel=1e-12)
+    b, f = 4e6, 1e6                                     # a memory class: bytes on the curve
+    assert seconds(OpClass.ELEMENTWISE, f, b, model) == pytest.approx(2e-6 + (b + math.sqrt(1e7 * b)) / 2e11,
+                                                                      rel=1e-12)
+    assert seconds(OpClass.ELEMENTWISE, 1e12, 1.0, model) == pytest.approx(2e-6 + 1e12 / 4e12, rel=1e-12)
+    assert seconds(OpClass.POOLING, 0.0, b, model, launch=7e-6) == pytest.approx(
+        7e-6 + (b + math.sqrt(1e7 * b)) / 2e11, rel=1e-12)
+
+
+TINY = Profile(name="tiny", devices=4, peak_flops=1e9, mem_bandwidth=2e9, memory_bytes=1e6,
+               levels=(Level("dev", 1, 1e9),), host_bandwidth=1e9, launch_seconds=1e-6,
+               classes=tuple((c, ClassRate(0.5 if c.contraction else 0.25, 0.8, 1e-6 * (i + 1)))
+                             for i, c in enumerate(OpClass)), concurrency=4, source="test")
+
+
+@pytest.mark.parametrize("prof", [TINY, dataclasses.replace(K80X8, kernels=None)], ids=lambda p: p.name)
+@pytest.mark.parametrize("op_class", list(OpClass), ids=lambda c: c.value)
+def test_a_profile_without_curves_is_timed_by_the_additive_models_roofline(prof, op_class):
+    for flops, nbytes in ((1e3, 1e9), (1e12, 1e3), (0.0, 4e6), (5e8, 5e8)):
+        work = OpWork(flops, nbytes, op_class, frozenset())
+        assert seconds(op_class, flops, nbytes, kernels.kernel_model(prof)) == pytest.approx(
+            roofline_seconds(work, flops, nbytes, prof), rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ fitting
+
+def _synthetic(curve: ClassCurve, works, call=1e-6, calls=2, noise=0.0, seed=0):
+    rng = random.Random(seed)
+    out = []
+    for w in works:
+        ws = tuple(w * (1 + i) for i in range(calls))            # e.g. a forward and a twice-as-large backward
+        t = call + sum(curve.launch + busy_seconds(curve, x) for x in ws)
+        out.append((t * (1 + noise * rng.uniform(-1, 1)), call, ws))
+    return out
+
+
+@pytest.mark.parametrize("curve", [ClassCurve(3e10, 1e5, 0.6, 4e-6), ClassCurve(1e10, 2e6, 0.3, 0.0),
+                                   ClassCurve(2.9e12, 1.7e8, 0.43, 1.7e-5), ClassCurve(5e9, 0.0, 1.0, 8e-6)],
+                         ids=str)
+def test_the_fit_recovers_known_parameters(curve):
+    scale = curve.w_half or 1e5
+    fit = fit_curve(_synthetic(curve, np.geomspace(scale * 1e-3, scale * 1e3, 13)))
+    assert fit.loss < 1e-8
+    assert fit.peak == pytest.approx(curve.peak, rel=1e-3)
+    assert fit.launch == pytest.approx(curve.launch, abs=1e-3 * curve.launch + 1e-9)
+    if curve.w_half:
+        assert fit.w_half == pytest.approx(curve.w_half, rel=1e-2) and fit.alpha == pytest.approx(curve.alpha,
+                                                                                                  rel=1e-2)
+    else:
+        assert busy_seconds(ClassCurve(fit.peak, fit.w_half, fit.alpha, 0), 1e5) == pytest.approx(1e5 / 5e9,
+                                                                                                  rel=1e-3)
+
+
+@pytest.mark.parametrize("noise, max_rate, seed", [(0.2, math.inf, 1), (0.3, math.inf, 2), (0.2, 2e10, 3),
+                                                    (0.5, math.inf, 4)])
+def test_the_fit_is_the_constrained_optimum_against_brute_force(noise, max_rate, seed):
+    """The fit's loss is no larger than the smallest on a grid of (R, h, a, L) inside the constraints."""
+    points = _synthetic(ClassCurve(3e10, 1e5, 0.6, 4e-6), np.geomspace(1e2, 1e8, 9), noise=noise, seed=seed)
+    fit = fit_curve(points, max_rate=max_rate)
+    assert 0 < fit.peak <= max_rate and fit.launch >= 0 and 0 <= fit.w_half <= 2e8 and 0 < fit.alpha <= 1
+    assert fit.loss == pytest.approx(curve_loss(points, fit.peak, fit.w_half, fit.alpha, fit.launch), rel=1e-9)
+    best = math.inf
+    top = min(max_rate, 3e11)
+    for peak, half, alpha, launch in itertools.product(np.geomspace(3e9, top, 25), [0.0, *np.geomspace(1e2, 2e8, 13)],
+                                                       (0.2, 0.4, 0.6, 0.8, 1.0), np.linspace(0, 2e-5, 21)):
+        best = min(best, curve_loss(points, peak, half, alpha, launch))
+    assert fit.loss <= best * (1 + 1e-9)
+
+
+def test_fit_rate_is_the_linear_inner_problem():
+    points = [(0.5 + 2 * 3e-6 + x / 2e9, 0.5, 2, x) for x in (1e6, 1e7, 1e8)]
+    assert fit_rate(points) == pytest.approx((2e9, 3e-6), rel=1e-4)
+
+
+def test_the_gpu_fit_recovers_a_known_curve_and_its_memory_side():
+    true = ClassCurve(1.4e13, 6e7, 0.5, 1e-5, 6e11)
+    points = [published.KernelPoint(published.kernel_time(true, published.KernelPoint(0, f, b)), f, b)
+              for f in np.geomspace(1e6, 1e12, 15) for b in (f / 2, f / 60, f / 1000)]
+    fit = published.fit_kernels(points)
+    for got, want in ((fit.peak, true.peak), (fit.w_half, true.w_half), (fit.alpha, true.alpha),
+                      (fit.launch, true.launch), (fit.other, true.other)):
+        assert got == pytest.approx(want, rel=1e-3)
+
+
+# ---------------------------------------------------------------------------------- the GPU profiles' sources
+
+@pytest.mark.parametrize("prof, derive", [(K80X8, published.k80_curves), (V100X8, published.v100_curves)],
+                         ids=["k80x8", "v100x8"])
+def test_the_gpu_profiles_curves_are_their_documented_derivation(prof, derive):
+    derived = published.rounded(derive())
+    for c in OpClass:
+        k = prof.kernels.curve(c)
+        assert (k.peak, k.w_half, k.alpha, k.launch, k.other) == pytest.approx(derived[c], rel=5e-3), c
+        assert k.source
+
+
+def test_the_k80_gemm_curve_is_the_k40s_scaled_by_its_smx():
+    fit = published.k40_gemm_fit()
+    gemm = K80X8.kernels.curve(OpClass.GEMM)
+    assert gemm.peak == pytest.approx(fit.peak * 13 / 15, rel=5e-3)
+    assert gemm.w_half == pytest.approx(fit.w_half * 13 / 15, rel=5e-3)
+    errors = [abs(e) for e in published.relative_errors(ClassCurve(fit.peak, fit.w_half, fit.alpha, fit.launch),
+                                                        published.k40_points())]
+    assert sorted(errors)[len(errors) // 2] < 0.05           # the form follows the published curve
+
+
+def test_the_published_transcriptions_are_whole():
+    assert len(published.K40_SGEMM) == 180 and published.K40_SGEMM[0] == (32, 3.97911)
+    assert len(published.DEEPBENCH_V100_GEMM) == 160 and len(published.deepbench_conv_points()) == 272
+    assert published.DEEPBENCH_V100_GEMM[0] == (1760, 16, 1760, "NN", 0.038)
+    assert [b for b, _ in published.MXNET_K80_TRAIN_RESNET50] == [1, 2, 4, 8, 16, 32]
+
+
+# -------------------------------------------------------------------------------------------- the engine
+
+def test_the_engine_times_a_task_by_the_curve_formula():
+    """One compute task and one update on k80x8, by hand from the curve's numbers."""
+    tensors = (Tensor(0, 0, 16, TensorKind.ACTIVATION, 0), Tensor(1, 0, 16, TensorKind.PARAM, None))
+    f, b = 3e9, 4e7
+    tasks = (Task(0, TaskKind.COMPUTE, Phase.FORWARD, Origin.KERNEL, "FullyConnected", 0, None, OpClass.GEMM, f, b,
+                  (), (), (0,)),
+             Task(1, TaskKind.UPDATE, Phase.UPDATE, Origin.OPTIMIZER, "sgd_mom_update", 0, None,
+                  OpClass.ELEMENTWISE, 4e6, 2e7, (0,), (1,), (1,)))
+    run = simulate(Program(1, tasks, tensors), K80X8)
+    g, e = K80X8.kernels.curve(OpClass.GEMM), K80X8.kernels.curve(OpClass.ELEMENTWISE)
+    gemm = g.launch + max((f + g.w_half ** g.alpha * f ** (1 - g.alpha)) / g.peak, b / g.other)
+    update = e.launch + max((2e7 + e.w_half ** e.alpha * 2e7 ** (1 - e.alpha)) / e.peak, 4e6 / e.other)
+    assert [s.end - s.start for s in run.spans] == pytest.approx([gemm, update], rel=1e-12)
+    assert kernel_seconds(tasks[0], K80X8) == pytest.approx(gemm, rel=1e-12)
+    roofline = roofline_seconds(OpWork(f, b, OpClass.GEMM, frozenset()), f, b, K80X8)
+    assert gemm != pytest.approx(roofline, rel=1e-3)       # the curve, not the additive model's roofline
+
+
+def test_an_update_takes_the_profiles_update_launch_when_it_has_one():
+    prof = dataclasses.replace(K80X8, update_launch_seconds=1e-3)
+    task = Task(0, TaskKind.UPDATE, Phase.UPDATE, Origin.OPTIMIZER, "sgd_mom_update", 0, None, OpClass.ELEMENTWISE,
+                0.0, 8.0, (), (), ())
+    e = prof.kernels.curve(OpClass.ELEMENTWISE)
+    assert kernel_seconds(task, prof) == pytest.approx(1e-3 + busy_seconds(e, 8.0), rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------- the CPU sweep
+
+def _key(case):
+    return case.op, case.inputs, tuple(sorted(case.attrs.items()))
+
+
+def test_the_sweep_is_disjoint_from_the_calibration_and_validation_sets():
+    from experiments.run_cpu_validation import OP_CASES
+
+    sweep = {_key(c) for cases in SWEEP_CASES.values() for c in cases}
+    assert len(sweep) == sum(len(cases) for cases in SWEEP_CASES.values())
+    assert not sweep & {_key(c) for cases in CALIBRATION_CASES.values() for c in cases}
+    assert not sweep & {_key(c) for c in OP_CASES}
+
+
+@pytest.mark.parametrize("op_class", list(OpClass), ids=lambda c: c.value)
+def test_the_sweep_spans_small_to_large_work_with_held_out_sizes_between_fitted_ones(op_class):
+    """Each class's sweep is of that class (the TDL-derived class of the work it is charged), its works rise
+    over four decades or more, and its odd (held-out) positions lie between even (fitted) ones."""
+    cases = SWEEP_CASES[op_class]
+    assert len(cases) % 2 == 1 and len(cases) >= 9
+    works = []
+    for case in cases:
+        w = case_work(case, _out_shapes(case))
+        assert w.op_class is op_class, case.name
+        works.append(w.flops if op_class.contraction else w.bytes)
+    assert works == sorted(works) and works[-1] / works[0] > 1e4
+
+
+def _out_shapes(case):
+    """The case's output shapes by MXNet's shape inference (no execution)."""
+    import mxnet as mx
+
+    args = [mx.sym.var(n) for n, _ in case.inputs]
+    sym = getattr(mx.sym, case.op)(*args, **case.attrs)
+    _, outs, _ = sym.infer_shape(**dict(case.inputs))
+    return [tuple(o) for o in outs]
