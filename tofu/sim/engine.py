@@ -375,18 +375,21 @@ def _memory(program: Program, spans: Sequence[Span], makespan: float) -> tuple[t
             end = max((spans[r].end for r in readers), default=spans[tensor.producer].end)
         events[tensor.device].append((begin, tensor.nbytes))
         events[tensor.device].append((end, -tensor.nbytes))
-    out = []
-    for ev in events:
-        ev.sort(key=lambda e: (e[0], e[1]))                  # at equal times, frees first
-        steps, held = [], 0
-        for time, delta in ev:
-            held += delta
-            if steps and steps[-1][0] == time:
-                steps[-1] = (time, held)
-            else:
-                steps.append((time, held))
-        out.append(tuple(steps))
-    return tuple(out)
+    return tuple(held_over_time(ev) for ev in events)
+
+
+def held_over_time(events: Sequence[tuple[float, int]]) -> tuple[tuple[float, int], ...]:
+    """Bytes held over time as (time, bytes) steps, from (time, +bytes allocated or -bytes freed) events; at
+    equal times frees come first, and one step per time."""
+    steps: list[tuple[float, int]] = []
+    held = 0
+    for time, delta in sorted(events, key=lambda e: (e[0], e[1])):
+        held += delta
+        if steps and steps[-1][0] == time:
+            steps[-1] = (time, held)
+        else:
+            steps.append((time, held))
+    return tuple(steps)
 
 
 def simulate_iteration(graph, plan, profile: Profile, from_symbol: bool = False, order: Order = Order.ID) -> Execution:

@@ -61,6 +61,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tofu.errors import TofuError
+from tofu.sim.engine import held_over_time
 from tofu.sim.hardware import HostedProfile
 from tofu.sim.program import Origin, Phase, Program, Task, TaskKind, Tensor
 
@@ -397,18 +398,7 @@ class SwapProgram:
             begin = spans[s.begin].start if s.begin is not None else 0.0
             end = execution.makespan if s.release is None else max((spans[t].end for t in s.release), default=begin)
             events.setdefault(tensor.device, []).extend([(begin, tensor.nbytes), (end, -tensor.nbytes)])
-        out = {}
-        for device, ev in sorted(events.items()):
-            ev.sort(key=lambda e: (e[0], e[1]))              # at equal times, releases first
-            steps, held = [], 0
-            for time, delta in ev:
-                held += delta
-                if steps and steps[-1][0] == time:
-                    steps[-1] = (time, held)
-                else:
-                    steps.append((time, held))
-            out[device] = tuple(steps)
-        return out
+        return {device: held_over_time(ev) for device, ev in sorted(events.items())}
 
     def peak_bytes(self, execution) -> int:
         """The most one GPU holds at once over ``execution``."""
