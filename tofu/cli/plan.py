@@ -3,6 +3,7 @@ inter-machine bytes); ``--out`` saves it, ``--load`` replays a saved one, ``--fi
 from __future__ import annotations
 
 import argparse
+import os
 
 from tofu.cli.common import (FIGURE_FORMATS, dumps, gb, input_path, model_args, model_graph, output_path,
                              split_batch)
@@ -47,6 +48,8 @@ def run(args) -> int:
         output_path(args.out, "plan")
     if args.figure:
         output_path(args.figure, "figure", FIGURE_FORMATS)
+        if args.out and os.path.abspath(args.out) == os.path.abspath(args.figure):
+            raise TofuError(f"--out and --figure are the same file '{args.out}': one would overwrite the other")
     input_path(args.load, "plan")
     global_batch = None
     if args.machines is not None:

@@ -14,6 +14,8 @@ from tofu.cli.common import (check_contexts, dumps, finite, gb, input_path, mode
 from tofu.errors import CheckFailedError, TofuError
 from tofu.runtime import DEFAULT_RTOL
 
+FLOAT32_MAX = 3.4028234663852886e38
+
 
 def add_parser(sub) -> None:
     from tofu.search.algorithms import ALGORITHMS
@@ -164,8 +166,8 @@ def check_run_args(args) -> None:
     args.input_ranges = [parse_input_option(s) for s in getattr(args, "input", ())]
     if not 0 <= args.seed < 2**32 - 1:          # numpy's and MXNet's seeds; the batch is drawn with seed + 1
         raise TofuError(f"--seed must be in [0, 2^32 - 2], got {args.seed}")
-    if not args.lr > 0:
-        raise TofuError(f"--lr must be positive, got {args.lr:g}")
+    if not 0 < args.lr <= FLOAT32_MAX:          # MXNet's update takes it as a float32
+        raise TofuError(f"--lr must be positive and at most {FLOAT32_MAX:.4g} (float32), got {args.lr:g}")
     if not 0 <= args.momentum < 1:
         raise TofuError(f"--momentum must be in [0, 1), got {args.momentum:g}")
     if not args.rtol > 0:
@@ -190,8 +192,15 @@ def check_run_args(args) -> None:
 
         output_path(args.checkpoint, "checkpoint")
         output_path(str(plan_path(args.checkpoint)), "the plan beside --checkpoint")
-    if args.save and args.checkpoint and os.path.abspath(args.save) == os.path.abspath(args.checkpoint):
-        raise TofuError(f"--save and --checkpoint name the same file '{args.save}': one would overwrite the other")
+    written: dict[str, str] = {}           # every file the run writes, so that none overwrites another
+    for path, what in ((args.save, "--save"), (args.checkpoint, "--checkpoint")):
+        if path:
+            from tofu.runtime.data import plan_path
+
+            for target, name in ((path, what), (str(plan_path(path)), f"the plan beside {what}")):
+                other = written.setdefault(os.path.abspath(target), name)
+                if other != name:
+                    raise TofuError(f"{other} and {name} are the same file '{target}': one would overwrite the other")
     if args.fail_at_step is not None and not 1 <= args.fail_at_step <= args.steps:
         raise TofuError(f"--fail-at-step must be a step of this run (1 to {args.steps}), got {args.fail_at_step}")
 

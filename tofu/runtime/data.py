@@ -26,17 +26,23 @@ class CheckpointError(TofuError):
     """A checkpoint cannot be read, or does not fit the model."""
 
 
+_NORMALIZATIONS = frozenset({"BatchNorm", "LayerNorm", "InstanceNorm", "GroupNorm"})   # input 1: the scale
+
+
 def initial_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Parameters (uniform in +-sqrt(3 / fan-in); BatchNorm and LayerNorm scales 1, shifts and biases 0) and
     auxiliary states (moving means 0, moving variances 1), drawn reproducibly from ``seed``."""
     rng = np.random.default_rng(seed)
+    # a normalization's scale by its place in the op, whatever its name (BatchNorm under fix_gamma sets it to 1
+    # in place on one device, and never reads it partitioned: both must start at 1)
+    scales = {n.inputs[1] for n in graph.nodes if n.op in _NORMALIZATIONS and len(n.inputs) > 1}
     values = {}
     for t in graph.tensors:
         if t.producer is not None or t.role not in (Role.PARAM, Role.AUX):
             continue
         if t.role is Role.AUX:
             values[t.name] = (np.ones if t.name.endswith("var") else np.zeros)(t.shape, np.float32)
-        elif t.name.endswith("gamma"):
+        elif t.id in scales or t.name.endswith("gamma"):
             values[t.name] = np.ones(t.shape, np.float32)
         elif t.name.endswith(("beta", "bias")) or len(t.shape) == 1:
             values[t.name] = np.zeros(t.shape, np.float32)

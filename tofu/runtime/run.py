@@ -102,7 +102,8 @@ def max_rel_diff(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> fl
     values are all small, a BatchNorm shift, is not held to a tighter absolute bound than the others)."""
     scale = max((float(np.abs(ref).max()) for ref in b.values() if ref.size), default=0.0) or 1.0
     # a parameter the partitioned graph never reads (BatchNorm's gamma under fix_gamma) has no gradient there
-    return max((_largest(a[n] - ref) if n in a else _largest(ref) for n, ref in b.items()), default=0.0) / scale
+    with np.errstate(invalid="ignore", over="ignore"):     # a diverged value's inf - inf is NaN, as it should be
+        return max((_largest(a[n] - ref) if n in a else _largest(ref) for n, ref in b.items()), default=0.0) / scale
 
 
 def _state(graph: Graph, trainer: Trainer, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -150,7 +151,8 @@ def train(graph: Graph, plan: Plan, pg: PartitionedGraph, values: Mapping[str, n
     out_diff = out_rel = grad_diff = 0.0
     if reference is not None:
         got, want = trainer.outputs(), reference.forward_backward()
-        out_diff = max(_largest(got[n] - want[n]) for n in want)
+        with np.errstate(invalid="ignore", over="ignore"):
+            out_diff = max(_largest(got[n] - want[n]) for n in want)
         out_rel = max_rel_diff(got, want)
         grad_diff = max_rel_diff(trainer.gradients(), reference.gradients())
     losses, ref_losses = [], []
