@@ -26,7 +26,7 @@ def here(tmp_path, monkeypatch):
     (["run", "mlp", "--workers", "2", "--checkpoint", "ck.params", "--checkpoint-every", "1"],
      "the plan beside --checkpoint 'ck.plan.json': it is a dir"),
     (["run", "mlp", "--workers", "2", "--save", "a.params", "--checkpoint", "./a.params", "--checkpoint-every", "1"],
-     "are the same file"),
+     "write the same file"),
     (["run", "mlp", "--workers", "2", "--plan", "pipe.json"], "plan 'pipe.json' is not a regular file"),
     (["run", "mlp", "--workers", "2", "--load", "pipe.json"], "checkpoint 'pipe.json' is not a regular file"),
     (["plan", "pipe.json", "--shape", "data=2,3"], "model file 'pipe.json' is not a regular file"),

@@ -197,10 +197,12 @@ def check_run_args(args) -> None:
         if path:
             from tofu.runtime.data import plan_path
 
-            for target, name in ((path, what), (str(plan_path(path)), f"the plan beside {what}")):
+            for target, name in ((path, f"{what} '{path}'"), (str(plan_path(path)), f"the plan beside {what} "
+                                                                                       f"'{path}'")):
                 other = written.setdefault(os.path.abspath(target), name)
                 if other != name:
-                    raise TofuError(f"{other} and {name} are the same file '{target}': one would overwrite the other")
+                    raise TofuError(f"{other} and {name} write the same file '{target}': one would overwrite "
+                                    f"the other")
     if args.fail_at_step is not None and not 1 <= args.fail_at_step <= args.steps:
         raise TofuError(f"--fail-at-step must be a step of this run (1 to {args.steps}), got {args.fail_at_step}")
 
