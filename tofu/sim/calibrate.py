@@ -12,7 +12,7 @@ median) and fits, by least squares on the relative error,
 
 c the executor call's fixed cost, n_i the kernel calls of the case (forward, and backward when an input has a
 gradient), x_i the work the model charges the class for (FLOPs for GEMM and convolution, bytes for the
-others: forward plus :func:`tofu.sim.model.backward_work`), L the class's launch cost and R its achieved rate
+others: forward plus :func:`tofu.sim.flops.backward_work`), L the class's launch cost and R its achieved rate
 (a negative L is clamped to 0 and R refitted). The efficiency is R over the peak (compute for contractions,
 memory otherwise; the other efficiency is 1, so the roofline's other side is the peak). The calibration shapes
 are chosen apart from the validation set of ``experiments/run_cpu_validation.py`` (the tests check that they
@@ -330,7 +330,7 @@ def _measure_long_enough(case: OpCase, repeats: int) -> tuple[float, tuple[Shape
 def case_work(case: OpCase, out_shapes: Sequence[Shape]) -> OpWork:
     """The forward work the model charges for one call of the case (an op without a TDL description, such as
     ``identity``: data movement of its inputs and outputs)."""
-    from tofu.sim.model import op_call_work
+    from tofu.sim.flops import op_call_work
 
     ins = [s for _, s in case.inputs]
     if case.op == "identity":
@@ -343,7 +343,7 @@ def _class_fit(op_class: OpClass, measured: Sequence[tuple[OpCase, float, OpWork
                peak: float) -> ClassFit:
     """The class's rate and launch, the rate at most ``RATE_BOUND`` x ``peak`` (the machine's GEMM FLOP/s or
     copy bandwidth): noisy points may otherwise fit a rate without bound."""
-    from tofu.sim.model import backward_work
+    from tofu.sim.flops import backward_work
 
     compute = op_class.contraction
     points = []
@@ -358,8 +358,8 @@ def _class_fit(op_class: OpClass, measured: Sequence[tuple[OpCase, float, OpWork
 
 def _calls(case: OpCase, work: OpWork) -> list[tuple[float, float]]:
     """(FLOPs, bytes) of each kernel call of one case: the forward, and the backward when an input has a gradient
-    (:func:`tofu.sim.model.backward_work`)."""
-    from tofu.sim.model import backward_work
+    (:func:`tofu.sim.flops.backward_work`)."""
+    from tofu.sim.flops import backward_work
 
     bf, bb = backward_work(work, case.grads)
     return [(work.flops, work.bytes)] + ([(bf, bb)] if bf or bb else [])

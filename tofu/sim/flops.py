@@ -32,9 +32,13 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
-from tofu.tdl.describe import OpDescription
+from tofu.graph.attrs import Attrs
+from tofu.graph.ir import Graph, Role
+from tofu.tdl.describe import OpDescription, describe
 from tofu.tdl.expr import (Access, Binary, Compare, Computed, Const, IndexExpr, IndexValue, OpaqueCall, Reduce,
                            Select, TensorVar, Unary, Uses, ValueExpr, children, index_vars)
 
@@ -177,3 +181,45 @@ def op_work(desc: OpDescription, itemsize: int = 4) -> OpWork:
         cls = OpClass.ELEMENTWISE
     elements = sum(math.prod(t.shape) for t in desc.inputs) + sum(math.prod(o.shape) for o in desc.outputs)
     return OpWork(float(flops), float(elements * itemsize), cls, frozenset(contracted))
+
+
+Shape = tuple[int, ...]
+
+UPDATE_BYTES_PER_ELEMENT = 5      # SGD with momentum: read weight, gradient, history; write weight, history
+UPDATE_FLOPS_PER_ELEMENT = 4
+
+
+def backward_work(work: OpWork, grads: Sequence[str]) -> tuple[float, float]:
+    """(FLOPs, bytes) of the backward of a call whose inputs named ``grads`` have a gradient (none: no backward).
+
+    Ours, kept simple: F_bwd = F max(1, a), a the inputs with a gradient that the contraction reads (dX = dY W^T
+    and dW = X^T dY of a matrix product: 2F; one element-wise pass otherwise), B_bwd = 2 B (reads the output's
+    gradient and the forward's tensors, writes the inputs' gradients)."""
+    if not grads:
+        return 0.0, 0.0
+    adjoints = sum(1 for g in grads if g in work.contracted)
+    return work.flops * max(1, adjoints), 2.0 * work.bytes
+
+
+@lru_cache(maxsize=65536)
+def _call_work(op: str, attrs: Attrs, in_shapes: tuple[Shape, ...], out_shapes: tuple[Shape, ...],
+               itemsize: int) -> OpWork:
+    from tofu.registry import load_builtin_operators
+
+    load_builtin_operators()
+    return op_work(describe(op, attrs, in_shapes, out_shapes), itemsize)
+
+
+def op_call_work(op: str, attrs: Attrs, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
+                 itemsize: int = 4) -> OpWork:
+    """The forward work of one call of ``op`` on these shapes (cached)."""
+    return _call_work(op, attrs, tuple(tuple(int(d) for d in s) for s in in_shapes),
+                      tuple(tuple(int(d) for d in s) for s in out_shapes), itemsize)
+
+
+def batch_size(graph: Graph) -> int:
+    """The batch: the leading dimension of the graph's data inputs (the largest, if they differ)."""
+    data = graph.by_role(Role.DATA)
+    if not data:
+        raise ValueError(f"model {graph.name} has no data input to take the batch from")
+    return max(t.shape[0] for t in data)

@@ -82,7 +82,7 @@ def _shapes(symbol, arg_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tupl
 
 def count_glue(graph: Graph, pg) -> Glue:
     """The glue calls and copies of ``pg`` (see the module docstring)."""
-    from tofu.sim.model import op_call_work
+    from tofu.sim.flops import op_call_work
 
     doc = json.loads(pg.symbol.tojson())
     shapes = _shapes(pg.symbol, pg.shapes())
@@ -287,7 +287,7 @@ class _PlanGlue:
         from tofu.analysis.compose import compose
         from tofu.analysis.views import NodeView
         from tofu.graph.ir import LOSS_OPS
-        from tofu.sim.model import op_call_work
+        from tofu.sim.flops import op_call_work
 
         held: dict[int, list] = {}
         for t in self.graph.tensors:
@@ -378,7 +378,7 @@ def glue_from_plan(graph: Graph, plan) -> Glue:
 def dataflow_from_plan(graph: Graph, plan) -> Dataflow:
     """The partitioned forward graph of ``graph`` under ``plan`` as the rewriter builds it, without MXNet: every
     worker's kernel call (:func:`~tofu.analysis.compose.compose`, its work from
-    :func:`tofu.sim.model.op_call_work`), every glue op of :func:`glue_from_plan`, each reading the values it
+    :func:`tofu.sim.flops.op_call_work`), every glue op of :func:`glue_from_plan`, each reading the values it
     reads. An op run by its expansion is one call of the op on its pieces (``expansion`` set): its statistics
     exchange is left out, as in :func:`glue_from_plan`."""
     replay = _PlanGlue(graph, plan)

@@ -49,24 +49,17 @@ import enum
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 from tofu.analysis.compose import compose, held_box
 from tofu.analysis.views import NodeView
 from tofu.errors import TofuError
-from tofu.graph.attrs import Attrs
 from tofu.graph.ir import Graph, Role
-from tofu.registry import load_builtin_operators
 from tofu.search.plan import Plan
-from tofu.sim.flops import OpClass, OpWork, op_work
+from tofu.sim.flops import (UPDATE_BYTES_PER_ELEMENT, UPDATE_FLOPS_PER_ELEMENT, OpClass, OpWork,  # noqa: F401
+                             backward_work, batch_size, op_call_work)
 from tofu.sim.glue import Glue
 from tofu.sim.hardware import Profile
 from tofu.tdl.describe import describe
-
-Shape = tuple[int, ...]
-
-UPDATE_BYTES_PER_ELEMENT = 5      # SGD with momentum: read weight, gradient, history; write weight, history
-UPDATE_FLOPS_PER_ELEMENT = 4
 
 
 class Overlap(enum.Enum):
@@ -131,34 +124,12 @@ def roofline_seconds(work: OpWork, flops: float, nbytes: float, profile: Profile
     return max(flops / (r.compute * profile.peak_flops), nbytes / (r.memory * profile.mem_bandwidth)) + launch
 
 
-def backward_work(work: OpWork, grads: Sequence[str]) -> tuple[float, float]:
-    """(FLOPs, bytes) of the backward of a call whose inputs named ``grads`` have a gradient (none: no backward)."""
-    if not grads:
-        return 0.0, 0.0
-    adjoints = sum(1 for g in grads if g in work.contracted)
-    return work.flops * max(1, adjoints), 2.0 * work.bytes
-
-
 def call_time(work: OpWork, grads: Sequence[str], profile: Profile) -> CallTime:
     """Forward and backward time of one call (see the module docstring)."""
     fwd = roofline_seconds(work, work.flops, work.bytes, profile)
     bf, bb = backward_work(work, grads)
     bwd = roofline_seconds(work, bf, bb, profile) if bf or bb else 0.0
     return CallTime(fwd, bwd)
-
-
-@lru_cache(maxsize=65536)
-def _work(op: str, attrs: Attrs, in_shapes: tuple[Shape, ...], out_shapes: tuple[Shape, ...],
-          itemsize: int) -> OpWork:
-    load_builtin_operators()
-    return op_work(describe(op, attrs, in_shapes, out_shapes), itemsize)
-
-
-def op_call_work(op: str, attrs: Attrs, in_shapes: Sequence[Shape], out_shapes: Sequence[Shape],
-                 itemsize: int = 4) -> OpWork:
-    """The forward work of one call of ``op`` on these shapes (cached)."""
-    return _work(op, attrs, tuple(tuple(int(d) for d in s) for s in in_shapes),
-                 tuple(tuple(int(d) for d in s) for s in out_shapes), itemsize)
 
 
 def _size(box) -> tuple[int, ...]:
@@ -237,14 +208,6 @@ def step_comm_seconds(plan: Plan, profile: Profile) -> tuple[float, ...]:
             t = max(t, share * leave / level.bandwidth)
         out.append(t)
     return tuple(out)
-
-
-def batch_size(graph: Graph) -> int:
-    """The batch: the leading dimension of the graph's data inputs (the largest, if they differ)."""
-    data = graph.by_role(Role.DATA)
-    if not data:
-        raise ValueError(f"model {graph.name} has no data input to take the batch from")
-    return max(t.shape[0] for t in data)
 
 
 def glue_seconds(glue: Glue, workers: int, profile: Profile) -> tuple[float, ...]:

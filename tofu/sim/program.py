@@ -36,8 +36,8 @@ readers share. It does what MXNet does to the forward graph when it binds it for
    :class:`tofu.runtime.train.Trainer` pushes after ``backward()``): reads weight, gradient and momentum and
    writes weight and momentum, 5 x 4 bytes and 4 FLOPs per element (:mod:`tofu.sim.model`).
 
-Work. A forward kernel call's work is :func:`tofu.sim.model.op_call_work` on its shapes; its backward's is
-:func:`tofu.sim.model.backward_work` (the contraction's adjoints, twice the bytes), with the inputs that have
+Work. A forward kernel call's work is :func:`tofu.sim.flops.op_call_work` on its shapes; its backward's is
+:func:`tofu.sim.flops.backward_work` (the contraction's adjoints, twice the bytes), with the inputs that have
 a gradient in the graph, as the additive model costs it. A glue op's backward (a slice's scatter, a concat's
 split) is its own work with twice the bytes; a gradient sum reads its n inputs and writes one, n - 1 FLOPs
 per element.
@@ -64,7 +64,7 @@ from tofu.errors import TofuError
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.sim.flops import OpClass
 from tofu.sim.glue import Dataflow, FlowOp, FlowValue, _device, _shapes, _work, dataflow_from_plan
-from tofu.sim.model import UPDATE_BYTES_PER_ELEMENT, UPDATE_FLOPS_PER_ELEMENT, backward_work, op_call_work
+from tofu.sim.flops import UPDATE_BYTES_PER_ELEMENT, UPDATE_FLOPS_PER_ELEMENT, backward_work, op_call_work
 
 MXNET_GRAD_SUM_CAP = 8
 """MXNet's default ``MXNET_EXEC_INPLACE_GRAD_SUM_CAP`` (``src/executor/graph_executor.cc``, 1.9.1): fewer

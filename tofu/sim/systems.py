@@ -270,5 +270,5 @@ def estimate(system: System, build: Build, profile: Profile, most: int, options:
     return RUNNERS[system](build, profile, most, options)
 
 
-__all__ = ["Estimate", "Fit", "Options", "RUNNERS", "estimate", "ideal", "one_device_program", "op_placement",
+__all__ = ["Build", "Estimate", "Fit", "Options", "Status", "System", "largest_batch", "one_device", "RUNNERS", "estimate", "ideal", "one_device_program", "op_placement",
            "placed_program", "small_batch", "swap", "tofu"]
