@@ -38,7 +38,7 @@ CURVE_FIELDS = ("peak", "w_half", "alpha", "launch", "other")
 # ----------------------------------------------------------------------------------------------- writing
 
 def parameter_rows(prof, sources: dict[str, str]) -> Iterator[dict]:
-    """One row per number of ``prof`` (device fields, interconnect levels, the additive model's class rates, the
+    """One row per number of ``prof`` (device fields, interconnect levels, the class rates of a profile without curves, the
     kernel curves), each with its source."""
     for name, unit in DEVICE_FIELDS:
         value = getattr(prof, name)

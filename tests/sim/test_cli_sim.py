@@ -8,7 +8,7 @@ from tofu.api import load_graph
 from tofu.models import ModelOptions
 from tofu.search.algorithms import plan_graph
 from tofu.sim.engine import simulate_iteration
-from tofu.sim.hardware import profile
+from tofu.sim import profile
 
 
 def test_sim_reports_the_engines_iteration_and_writes_its_timeline(capsys, tmp_path):

@@ -1,5 +1,5 @@
 """The kernel-time model (tofu/sim/kernels.py) against independent references: the curve's limits and shape
-by hand, the time formula by hand, the roofline fallback against the additive model's roofline, the fit against
+by hand, the time formula by hand, the roofline fallback by hand, the fit against
 known parameters and against brute force on a grid, the GPU profiles' numbers against their derivation from the
 published measurements (tofu/sim/published.py), and the engine timing a task by the formula."""
 import dataclasses
@@ -13,10 +13,9 @@ import pytest
 from tofu.sim import kernels, published
 from tofu.sim.calibrate import CALIBRATION_CASES, SWEEP_CASES, case_work
 from tofu.sim.engine import kernel_seconds, simulate
-from tofu.sim.flops import OpClass, OpWork
+from tofu.sim.flops import OpClass
 from tofu.sim.hardware import K80X8, V100X8, ClassCurve, ClassRate, KernelModel, Level, Profile
 from tofu.sim.kernels import busy_seconds, curve_loss, fit_curve, fit_rate, rate, seconds
-from tofu.sim.model import roofline_seconds
 from tofu.sim.program import Origin, Phase, Program, Task, TaskKind, Tensor, TensorKind
 
 CURVES = [ClassCurve(2.9e12, 1.7e8, 0.43, 1.7e-5, 1.8e11), ClassCurve(1e9, 1e4, 1.0, 0.0),
@@ -73,11 +72,12 @@ TINY = Profile(name="tiny", devices=4, peak_flops=1e9, mem_bandwidth=2e9, memory
 
 @pytest.mark.parametrize("prof", [TINY, dataclasses.replace(K80X8, kernels=None)], ids=lambda p: p.name)
 @pytest.mark.parametrize("op_class", list(OpClass), ids=lambda c: c.value)
-def test_a_profile_without_curves_is_timed_by_the_additive_models_roofline(prof, op_class):
+def test_a_profile_without_curves_is_timed_by_its_classes_roofline(prof, op_class):
+    """max(F / (e_c P), B / (e_m W)) + L, by hand from the profile's class rates."""
+    r = prof.rate(op_class)
     for flops, nbytes in ((1e3, 1e9), (1e12, 1e3), (0.0, 4e6), (5e8, 5e8)):
-        work = OpWork(flops, nbytes, op_class, frozenset())
-        assert seconds(op_class, flops, nbytes, kernels.kernel_model(prof)) == pytest.approx(
-            roofline_seconds(work, flops, nbytes, prof), rel=1e-12)
+        by_hand = max(flops / (r.compute * prof.peak_flops), nbytes / (r.memory * prof.mem_bandwidth)) + r.launch
+        assert seconds(op_class, flops, nbytes, kernels.kernel_model(prof)) == pytest.approx(by_hand, rel=1e-12)
 
 
 # ------------------------------------------------------------------------------------------------ fitting
@@ -185,8 +185,8 @@ def test_the_engine_times_a_task_by_the_curve_formula():
     update = e.launch + max((2e7 + e.w_half ** e.alpha * 2e7 ** (1 - e.alpha)) / e.peak, 4e6 / e.other)
     assert [s.end - s.start for s in run.spans] == pytest.approx([gemm, update], rel=1e-12)
     assert kernel_seconds(tasks[0], K80X8) == pytest.approx(gemm, rel=1e-12)
-    roofline = roofline_seconds(OpWork(f, b, OpClass.GEMM, frozenset()), f, b, K80X8)
-    assert gemm != pytest.approx(roofline, rel=1e-3)       # the curve, not the additive model's roofline
+    roofline = max(f / K80X8.peak_flops, b / K80X8.mem_bandwidth) + K80X8.launch_seconds
+    assert gemm != pytest.approx(roofline, rel=1e-3)       # the curve, not a roofline of the datasheet peaks
 
 
 def test_an_update_takes_the_profiles_update_launch_when_it_has_one():

@@ -1,6 +1,6 @@
 """The program of one iteration against independent references: the plan-only construction against the one read
 from the partitioned symbol; the symbol's program against what MXNet's bound executor runs (its graph's nodes
-and the bytes of every ``_CrossDeviceCopy`` it executes); the kernels and updates against the additive model;
+and the bytes of every ``_CrossDeviceCopy`` it executes); a data-parallel split's kernel work against the one-device program's;
 and the program's own invariants (topological ids, every read on the reader's device, one copy per tensor and
 destination, one update per parameter shard after its gradient)."""
 import re
@@ -13,10 +13,7 @@ from tofu.api import load_graph, partitioned
 from tofu.graph.ir import Role
 from tofu.models import ModelOptions
 from tofu.search.algorithms import plan_graph
-from tofu.sim.engine import kernel_seconds
 from tofu.sim.glue import dataflow_from_plan
-from tofu.sim.hardware import K80X8
-from tofu.sim.model import device_compute
 from tofu.sim.program import (Origin, Phase, TaskKind, TensorKind, build_program, dataflow_from_symbol,
                               program_from_plan)
 
@@ -119,22 +116,22 @@ def test_gradient_sums_follow_mxnets_in_place_cap():
             assert acc in chained.tasks[g].deps
 
 
-@pytest.mark.parametrize("model,k", [("mlp", 2), ("mlp", 4)])
-def test_kernels_and_updates_are_the_additive_models(model, k):
-    """With no op run by its expansion and no dead op, the program's kernel calls (forward and backward) and
-    updates take, per device, exactly the additive model's compute (:func:`tofu.sim.model.device_compute`) on a
-    profile without size-dependent curves (the additive model's roofline)."""
-    import dataclasses
-
-    roofline = dataclasses.replace(K80X8, kernels=None)
+@pytest.mark.parametrize("model,k", [("mlp", 2), ("mlp", 4), ("rnn-tiny", 4)])
+def test_a_data_parallel_split_gives_each_device_a_kth_of_the_kernels_work(model, k):
+    """Under the data-parallel plan (batch 24, divisible by k) every device's forward kernels do exactly 1/k of the
+    one-device program's FLOPs and bytes of batch-proportional work: checked on the total FLOPs, which for
+    these models (every op's work linear in the batch) must split exactly."""
     graph = _graph(model)
-    plan = plan_graph(graph, k, "tofu")
-    program = program_from_plan(graph, plan)
-    mine = [0.0] * k
-    for t in program.tasks:
-        if t.origin in (Origin.KERNEL, Origin.OPTIMIZER):
-            mine[t.device] += kernel_seconds(t, roofline)
-    assert mine == pytest.approx(list(device_compute(graph, plan, roofline)[0]), rel=1e-12)
+    whole = program_from_plan(graph, plan_graph(graph, 1, "tofu"))
+    split = program_from_plan(graph, plan_graph(graph, k, "data-parallel"))
+
+    def forward_flops(program, device):
+        return sum(t.flops for t in program.tasks
+                   if t.origin is Origin.KERNEL and t.phase is Phase.FORWARD and t.device == device)
+
+    total = forward_flops(whole, 0)
+    assert total > 0
+    assert [forward_flops(split, d) for d in range(k)] == pytest.approx([total / k] * k, rel=1e-12)
 
 
 @pytest.mark.parametrize("model,k", CASES)

@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from tofu.search.algorithms import plan_graph
     from tofu.sim.engine import Order, simulate_iteration
-    from tofu.sim.hardware import profile
+    from tofu.sim import profile
 
     if args.trace:
         output_path(args.trace, "trace")

@@ -24,8 +24,9 @@ The rules (MXNet 1.9.1's ``ThreadedEnginePerDevice``; numbers named where they a
   transfers crossing them at each moment (progressive filling: raise every rate together; a link that fills
   freezes the rates of its transfers; repeat), the rates recomputed whenever a transfer starts or finishes.
 * A compute task takes :func:`kernel_seconds`: its op class's size-dependent curve (:mod:`tofu.sim.kernels`;
-  a profile without curves: the roofline of :mod:`tofu.sim.model`). The iteration's time is the
-  last task's end plus ``profile.step_seconds`` (the executor's fixed cost per iteration).
+  a profile without curves: the roofline of its class rates, :func:`tofu.sim.kernels.from_rates`). The
+  iteration's time is the last task's end plus ``profile.step_seconds`` (the executor's fixed cost per
+  iteration).
 
 Memory: a tensor is held on its device from the start of the task that writes it to the end of its last
 reader (a tensor nothing reads: to its writer's end); parameters, their gradient arrays, optimizer state and
@@ -115,9 +116,13 @@ KernelTime = Callable[[Task, Profile], float]
 
 def kernel_seconds(task: Task, profile: Profile) -> float:
     """The time of one compute or update task: its class's size-dependent curve on its FLOPs and bytes,
-    :func:`tofu.sim.kernels.kernel_seconds` (t = L + max(w / r(w), the roofline's other side), r(w) = R w^a /
-    (w^a + h^a); a profile without curves: its roofline)."""
-    return kernels.kernel_seconds(task, profile)
+    :func:`tofu.sim.kernels.seconds` (t = L + max(w / r(w), the roofline's other side), r(w) = R w^a /
+    (w^a + h^a); a profile without curves: its roofline). An update (the optimizer's, one call per parameter
+    shard) takes the profile's ``update_launch_seconds`` as its launch when the profile has one."""
+    launch = None
+    if task.kind is TaskKind.UPDATE and profile.update_launch_seconds is not None:
+        launch = profile.update_launch_seconds
+    return kernels.seconds(task.op_class, task.flops, task.nbytes, kernels.kernel_model(profile), launch)
 
 
 def max_min_rates(routes: Mapping[int, Sequence[Link]], capacity: Mapping[Link, float]) -> dict[int, float]:

@@ -17,7 +17,7 @@ counted once, not at each access. An opaque function counts one operation per el
 placeholder, no described op in the evaluated models uses one). Bytes are the minimal traffic: every input
 read once and every output written once, ``itemsize`` bytes per element.
 
-The op's :class:`OpClass` (whose calibrated rates and launch cost :mod:`tofu.sim.model` uses) is derived from
+The op's :class:`OpClass` (whose kernel curve :mod:`tofu.sim.kernels` times it by) is derived from
 the same expressions, in this order:
 
     GEMM           a reduction whose terms read two or more inputs, no window (FullyConnected, batch_dot, dot)

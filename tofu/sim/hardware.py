@@ -1,9 +1,11 @@
 """Hardware profiles of the performance model: what one device computes and how devices are linked.
 
-Input: nothing (datasheet constants) or a calibration (:mod:`tofu.sim.calibrate` for this CPU). Output:
-:class:`Profile` values, looked up by name with :func:`profile`.
+Input: nothing (datasheet constants and published measurements, :mod:`tofu.sim.published`). Output:
+:class:`Profile` values (the ``cpu`` profile is built by :mod:`tofu.sim.calibrate`; :func:`tofu.sim.profile`
+looks any of them up by name). This module is data: it imports nothing of the simulator above it.
 
-A device runs an op in the roofline time of :mod:`tofu.sim.model`; it has ``peak_flops`` (FP32),
+A device times a kernel by its op class's curve (:class:`ClassCurve`, :mod:`tofu.sim.kernels`); it has
+``peak_flops`` (FP32),
 ``mem_bandwidth`` and ``memory_bytes``. The interconnect is a hierarchy of :class:`Level` values, innermost
 first: a level groups ``size`` consecutive devices into one *domain*, and each domain reaches the other domains
 of its parent over one uplink of ``bandwidth`` bytes/s per direction (full duplex). Devices 0..n-1 are numbered
@@ -58,7 +60,8 @@ class Link:
 
 @dataclass(frozen=True)
 class ClassRate:
-    """What one op class reaches on a device (:mod:`tofu.sim.model`).
+    """What one op class reaches on a device at every size: the roofline of a profile without kernel curves
+(:func:`tofu.sim.kernels.from_rates`; profiles built by hand in tests, and the ``cpu`` calibration's rates).
 
     Attributes:
         compute: fraction of ``peak_flops`` its kernels reach.
@@ -118,11 +121,6 @@ class KernelModel:
         return next(k for c, k in self.curves if c is op_class)
 
 
-def uniform_rates(compute: float, memory: float, launch: float) -> tuple[tuple[OpClass, ClassRate], ...]:
-    """The same rate for every op class (the GPU profiles' stated assumption)."""
-    return tuple((c, ClassRate(compute, memory, launch)) for c in OpClass)
-
-
 @dataclass(frozen=True)
 class Profile:
     """A machine of ``devices`` identical devices.
@@ -135,8 +133,9 @@ class Profile:
         memory_bytes: one device's memory capacity.
         levels: the interconnect, innermost level first (see the module docstring).
         host_bandwidth: bytes/s per direction between one device and host memory (what swapping uses).
-        launch_seconds: fixed cost of one kernel (or one engine op) of a class that ``classes`` lacks.
-        classes: per :class:`~tofu.sim.flops.OpClass`, the fractions of the peaks it reaches and its launch cost.
+        launch_seconds: fixed cost of one engine op: a copy's per-transfer latency unless
+            ``copy_launch_seconds`` says otherwise, an update's unless ``update_launch_seconds`` does, and a kernel's
+            of a class that ``classes`` lacks (a profile without ``kernels``).
         concurrency: how many devices compute at the same time (GPUs: all; CPU contexts share the cores, and
             each kernel already uses all of them: 1).
         source: where the numbers come from, in one line.
@@ -146,13 +145,15 @@ class Profile:
         copy_launch_seconds: fixed cost of one copy between devices (MXNet's ``_CrossDeviceCopy``), beside its
             bytes over the interconnect (None: ``launch_seconds``).
         host_sharing: how many devices share one link to host memory: when every device swaps at once, each
-            gets ``host_bandwidth / host_sharing`` per direction (:mod:`tofu.sim.baselines`, Swap).
+            gets ``host_bandwidth / host_sharing`` per direction (Swap, :mod:`tofu.sim.swap`).
         host_memory_bytes: the machine's host memory (0: not modelled), what swapped-out tensors may fill.
         copy_engines: how many copies between devices one device runs at once beside its compute
             (:mod:`tofu.sim.engine`; a copy runs on its source's); 0: copies run on the source's compute stream
             (MXNet runs a CPU context's copies in that context's compute workers).
         kernels: per op class, the size-dependent kernel-time curves of :mod:`tofu.sim.kernels` (what the engine
             times a kernel with); None: the roofline of ``classes`` (constant efficiencies, no fall for small work).
+        classes: per :class:`~tofu.sim.flops.OpClass`, the fractions of the peaks it reaches and its launch cost
+            (used only without ``kernels``).
     """
 
     name: str
@@ -163,7 +164,6 @@ class Profile:
     levels: tuple[Level, ...]
     host_bandwidth: float
     launch_seconds: float
-    classes: tuple[tuple[OpClass, ClassRate], ...]
     concurrency: int
     source: str
     step_seconds: float = 0.0
@@ -173,6 +173,7 @@ class Profile:
     host_memory_bytes: float = 0.0
     copy_engines: int = 0
     kernels: KernelModel | None = None
+    classes: tuple[tuple[OpClass, ClassRate], ...] = ()
 
     def rate(self, op_class: OpClass) -> ClassRate:
         """The class's rates (a class the profile lacks: efficiencies 1, ``launch_seconds``)."""
@@ -278,16 +279,12 @@ K80X8 = Profile(
     # ours, the same tree as above: the four dies of a quad reach the root, and host memory, over their switch's
     # one uplink, so while all eight swap each gets a quarter of it; PAPER.md: 488 GB host memory.
     host_sharing=4, host_memory_bytes=488 * GB,
-    launch_seconds=10e-6,                   # ours: a CUDA kernel launch plus MXNet's engine push, order 10 us
-    # ours, stated and not fitted: cuBLAS/cuDNN FP32 on Kepler reach about 60% of peak on large GEMM-like ops;
-    # ECC on (EC2's default) leaves about 75% of GDDR5's peak bandwidth to a streaming kernel. The same for every
-    # op class: no per-class number is measured for these GPUs (the paper's kernels are large).
-    classes=uniform_rates(compute=0.6, memory=0.75, launch=10e-6),
+    launch_seconds=10e-6,                   # ours: a copy's latency, a CUDA launch plus MXNet's engine push
     concurrency=8,
     # MXNet 1.9.1 runs a GPU-to-GPU copy on its source's copy workers, MXNET_GPU_COPY_NTHREADS of them, default 2
     # (src/ndarray/ndarray.cc CopyFromTo, src/engine/threaded_engine_perdevice.cc; docs faq/env_var.md)
     copy_engines=2,
-    kernels=K80_KERNELS,                    # what the engine times kernels with (the additive model: classes)
+    kernels=K80_KERNELS,                    # what the engine times kernels with
     source="NVIDIA Tesla K80 datasheet (per GK210 die); Tofu paper section 7 (21 GB/s P2P, 10 GB/s CPU-GPU)")
 
 V100X8 = Profile(
@@ -304,8 +301,7 @@ V100X8 = Profile(
     # DGX-1 V100 whitepaper: each PCIe switch joins two GPUs to a CPU, so two GPUs share one x16 uplink to host
     # memory; the p3.16xlarge has 488 GiB of host memory (AWS instance page).
     host_sharing=2, host_memory_bytes=488 * GiB,
-    launch_seconds=5e-6,                     # ours: order of a CUDA kernel launch
-    classes=uniform_rates(compute=0.7, memory=0.8, launch=5e-6),     # ours, stated and not fitted
+    launch_seconds=5e-6,                     # ours: a copy's latency, order of a CUDA launch
     concurrency=8,
     copy_engines=2,                          # MXNet's MXNET_GPU_COPY_NTHREADS default, as k80x8
     kernels=V100_KERNELS,
@@ -313,20 +309,6 @@ V100X8 = Profile(
 
 GPU_PROFILES = {p.name: p for p in (K80X8, V100X8)}
 NAMES = (*GPU_PROFILES, "cpu")
-
-
-def profile(name: str) -> Profile:
-    """The profile called ``name``: ``k80x8``, ``v100x8`` or ``cpu`` (this machine, measured and cached).
-
-    Raises:
-        ValueError: an unknown name.
-    """
-    if name in GPU_PROFILES:
-        return GPU_PROFILES[name]
-    if name == "cpu":
-        from tofu.sim.calibrate import cpu_profile     # measures with MXNet; only this profile needs it
-        return cpu_profile()
-    raise ValueError(f"unknown hardware profile '{name}'; known: {', '.join(NAMES)}")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -435,8 +417,7 @@ PARAMETER_SOURCES: dict[str, dict[str, str]] = {
         "host_bandwidth": "PAPER.md, section 7: CPU-GPU 10 GB/s",
         "host_sharing": "assumed: a quad's 4 dies share its switch's uplink (the levels' tree)",
         "host_memory_bytes": "PAPER.md, section 7: 488 GB host memory",
-        "launch_seconds": "assumed: a CUDA launch plus MXNet's engine push (the additive model's; kernels: curves)",
-        "classes": "assumed: compute 0.6, memory 0.75 for every class (the additive model only)",
+        "launch_seconds": "assumed: a CUDA launch plus MXNet's engine push (kernels have their curves' launch)",
         "concurrency": "every GPU computes at once",
         "step_seconds": "not modelled (0)",
         "update_launch_seconds": "none: the elementwise curve's launch",
@@ -453,8 +434,7 @@ PARAMETER_SOURCES: dict[str, dict[str, str]] = {
         "host_bandwidth": "PCIe 3.0 x16 specification: 15.75 GB/s per direction",
         "host_sharing": "DGX-1 V100 whitepaper: a PCIe switch per GPU pair",
         "host_memory_bytes": "AWS p3.16xlarge: 488 GiB",
-        "launch_seconds": "assumed: order of a CUDA kernel launch (the additive model's; kernels: curves)",
-        "classes": "assumed: compute 0.7, memory 0.8 for every class (the additive model only)",
+        "launch_seconds": "assumed: order of a CUDA kernel launch (kernels have their curves' launch)",
         "concurrency": "every GPU computes at once",
         "step_seconds": "not modelled (0)",
         "update_launch_seconds": "none: the elementwise curve's launch",

@@ -1,9 +1,9 @@
 """The kernel-time model: how long one kernel runs on a device, from its work, per op class.
 
-Input: a kernel's op class, FLOPs and bytes (a :class:`~tofu.sim.program.Task`), and a
+Input: a kernel's op class, FLOPs and bytes, and a
 :class:`~tofu.sim.hardware.Profile` whose ``kernels`` hold one :class:`~tofu.sim.hardware.ClassCurve` per
 :class:`~tofu.sim.flops.OpClass`. Output: seconds. The engine (:mod:`tofu.sim.engine`) times every compute and
-update task with :func:`kernel_seconds`.
+update task with :func:`seconds`.
 
 **The form.** A class's kernels reach, on work w (FLOPs for a contraction, GEMM or convolution; bytes for the
 others: normalization, pooling, element-wise, data movement), the rate
@@ -39,7 +39,7 @@ refined by a bounded local minimisation. Where a = 1 fits best, only L + h / R i
 the smallest such h on its grid.
 
 A profile without ``kernels`` (a profile built by hand) is timed by its roofline (:func:`from_rates`: the
-curves of its per-class efficiencies with h = 0), the additive model's (:func:`tofu.sim.model.roofline_seconds`).
+curves of its per-class efficiencies with h = 0).
 """
 from __future__ import annotations
 
@@ -50,10 +50,9 @@ from functools import lru_cache
 
 from tofu.sim.flops import OpClass
 from tofu.sim.hardware import ClassCurve, KernelModel, Profile
-from tofu.sim.program import TaskKind
 
 __all__ = ["ClassCurve", "KernelModel", "CurveFit", "busy_seconds", "curve_loss", "fit_curve", "fit_rate",
-           "curve_seconds", "from_rates", "kernel_model", "kernel_seconds", "rate", "seconds"]
+           "curve_seconds", "from_rates", "kernel_model", "rate", "seconds"]
 
 
 def rate(curve: ClassCurve, work: float) -> float:
@@ -109,16 +108,6 @@ def from_rates(profile: Profile) -> KernelModel:
 def kernel_model(profile: Profile) -> KernelModel:
     """``profile.kernels``, or its roofline (:func:`from_rates`) when it has none."""
     return profile.kernels if profile.kernels is not None else from_rates(profile)
-
-
-def kernel_seconds(task, profile: Profile) -> float:
-    """The seconds of one compute or update task (anything with ``op_class``, ``flops``, ``nbytes`` and ``kind``)
-    on ``profile``: :func:`seconds` of its class's curve; an update (the optimizer's, one call per parameter
-    shard) takes the profile's ``update_launch_seconds`` as its launch when the profile has one."""
-    launch = None
-    if task.kind is TaskKind.UPDATE and profile.update_launch_seconds is not None:
-        launch = profile.update_launch_seconds
-    return seconds(task.op_class, task.flops, task.nbytes, kernel_model(profile), launch)
 
 
 # ------------------------------------------------------------------------------------------------- fitting

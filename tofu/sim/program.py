@@ -34,11 +34,11 @@ readers share. It does what MXNet does to the forward graph when it binds it for
    device read the copy.
 4. **Update.** SGD with momentum on each parameter shard, on its device, after its gradient (what
    :class:`tofu.runtime.train.Trainer` pushes after ``backward()``): reads weight, gradient and momentum and
-   writes weight and momentum, 5 x 4 bytes and 4 FLOPs per element (:mod:`tofu.sim.model`).
+   writes weight and momentum, 5 x 4 bytes and 4 FLOPs per element (:data:`tofu.sim.flops.UPDATE_BYTES_PER_ELEMENT`).
 
 Work. A forward kernel call's work is :func:`tofu.sim.flops.op_call_work` on its shapes; its backward's is
 :func:`tofu.sim.flops.backward_work` (the contraction's adjoints, twice the bytes), with the inputs that have
-a gradient in the graph, as the additive model costs it. A glue op's backward (a slice's scatter, a concat's
+a gradient in the graph, as :func:`tofu.sim.flops.backward_work` costs it. A glue op's backward (a slice's scatter, a concat's
 split) is its own work with twice the bytes; a gradient sum reads its n inputs and writes one, n - 1 FLOPs
 per element.
 
@@ -557,7 +557,7 @@ def _needs_gradient(flow: Dataflow, live: Sequence[int]) -> list[bool]:
 
 def _gradient_names(graph: Graph):
     """For an op and the input positions that get a gradient, the names :func:`backward_work` takes: a kernel
-    call's are its graph node's inputs with a gradient (as the additive model costs it); a glue op's none that
+    call's are its graph node's inputs with a gradient (as :func:`tofu.sim.flops.backward_work` takes them); a glue op's none that
     it contracts (one pass over its bytes twice)."""
     from tofu.analysis.views import NodeView
 
@@ -612,7 +612,7 @@ def placed(flow: Dataflow, devices: Sequence[int]) -> Dataflow:
     """A one-device dataflow with its ops moved to other devices: a kernel call of graph node n to
     ``devices[n]``, any other op to its first input's device (else the device of the op before it); a variable
     to its first reader's device, an op's output to the op's. :func:`build_program` then copies every value read
-    on another device (operator placement: :func:`tofu.sim.baselines.layer_placement` gives ``devices``)."""
+    on another device (operator placement: :func:`tofu.sim.systems.layer_placement` gives ``devices``)."""
     device_of_op: list[int] = []
     value_device: dict[int, int] = {}
     for op in flow.ops:

@@ -3,7 +3,7 @@ GPU's memory and host memory, with a prefetcher (PAPER.md, "Baselines"), replaye
 run on the engine.
 
 Input: the one-device program of a model (:func:`tofu.sim.program.program_from_plan` of
-:func:`tofu.sim.baselines.one_device`), the GPU's capacity and the prefetch window. Output: a :class:`Replay`, what
+:func:`tofu.sim.systems.one_device`), the GPU's capacity and the prefetch window. Output: a :class:`Replay`, what
 the swapper does over one steady-state iteration, in order (every allocation, eviction, drop, fetch, prefetch and
 release), and a :class:`SwapProgram`, the program with the host copies that the engine runs
 (:func:`tofu.sim.engine.simulate` on :func:`tofu.sim.hardware.with_host` of the profile), for one GPU or, by

@@ -19,7 +19,7 @@ devices and C one device's memory:
   batch <= ``most`` the swapper can run (every operator's blocks fit C, the swapped-out copies fit the replica's
   share of host memory; integer bisection); replicas b / T.
 - **OpPlacement** (RNNs, as in the paper): the one-device dataflow with each graph node on its layer's device
-  (:func:`tofu.sim.baselines.layer_placement`: layers round-robin), a copy for every tensor read on another
+  (:func:`layer_placement`: layers round-robin), a copy for every tensor read on another
   device (:func:`tofu.sim.program.placed`); the engine pipelines the unrolled time steps (step t of layer l+1
   runs beside step t+1 of layer l). The largest batch <= ``most`` that fits (integer bisection); b / T. A graph
   with no layer unrolled over time steps (WResNet) is n/a.
@@ -29,26 +29,41 @@ devices and C one device's memory:
 
 *Fits* (``options.fit``): :attr:`Fit.ENGINE` (default), the simulated iteration's peak memory on the fullest
 device (tensors held from their writer to their last reader, the memory model the swapper replays);
-:attr:`Fit.PLAN`, the planner's estimate (``plan.per_device_bytes``, what :mod:`tofu.sim.baselines` uses; for
-OpPlacement :func:`tofu.sim.baselines.placement_memory`). Swap always replays the program's own tensors.
+:attr:`Fit.PLAN`, the planner's estimate (``plan.per_device_bytes``; for OpPlacement :func:`placement_memory`). Swap always replays the program's own tensors.
 """
 from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from tofu.errors import TofuError
-from tofu.graph.ir import Graph
+from tofu.graph.ir import Graph, Role
 from tofu.search.algorithms import plan_graph
-from tofu.sim.baselines import (Build, Status, System, largest_batch, layer_placement, memory, one_device,
-                                placement_memory, unrolled)
+from tofu.search.plan import Plan
 from tofu.sim.engine import Execution, Order, simulate
 from tofu.sim.glue import dataflow_from_plan
 from tofu.sim.hardware import Profile, with_host
 from tofu.sim.program import MXNET_GRAD_SUM_CAP, Program, TaskKind, build_program, placed, program_from_plan
 from tofu.sim.swap import WINDOW, DoesNotFit, replay, replicate, swap_program, trace_of
+
+Build = Callable[[int], Graph]
+"""A model at a batch size."""
+
+
+class System(enum.Enum):
+    IDEAL = "ideal"
+    SMALL_BATCH = "smallbatch"
+    SWAP = "swap"
+    OP_PLACEMENT = "opplacement"
+    TOFU = "tofu"
+
+
+class Status(enum.Enum):
+    OK = "ok"
+    OOM = "oom"              # no batch fits the device's memory
+    NA = "n/a"               # the system does not apply to this model
 
 
 class Fit(enum.Enum):
@@ -114,8 +129,76 @@ class Estimate:
     execution: Execution | None = field(default=None, repr=False, compare=False)
 
 
+def largest_batch(fits: Callable[[int], bool], most: int) -> int | None:
+    """The largest b in 1..``most`` with ``fits(b)``, for a ``fits`` true up to some b and false above it (integer
+    bisection: about log2(most) calls); None when even 1 does not fit.
+
+    >>> largest_batch(lambda b: b * b <= 50, 128)
+    7
+    """
+    if fits(most):
+        return most
+    if not fits(1):
+        return None
+    lo, hi = 1, most                     # fits(lo), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def one_device(graph: Graph) -> Plan:
+    """The trivial plan: the whole graph on one device."""
+    return plan_graph(graph, 1, "tofu")
+
+
+def memory(plan: Plan) -> int:
+    """The planner's per-device memory estimate of ``plan`` (what :attr:`Fit.PLAN` judges)."""
+    return int(dict(plan.per_device_bytes)["total"])
+
+
+def unrolled(graph: Graph) -> bool:
+    """Whether some layer of ``graph`` is unrolled over time: its ops carry two or more ``Node.step`` values."""
+    steps: dict[str | None, set[int]] = {}
+    for node in graph.nodes:
+        if node.step is not None:
+            steps.setdefault(node.layer, set()).add(node.step)
+    return any(len(s) > 1 for s in steps.values())
+
+
+def layer_placement(graph: Graph, devices: int) -> tuple[int, ...]:
+    """Per node, its device: the graph's layers (``Node.layer`` in order of first use; a node without one joins
+    the layer before it) assigned to ``devices`` round-robin."""
+    order: dict[str | None, int] = {}
+    out, current = [], None
+    for node in graph.nodes:
+        current = node.layer if node.layer is not None else current
+        out.append(order.setdefault(current, len(order)) % devices)
+    return tuple(out)
+
+
+def placement_memory(graph: Graph, plan: Plan, placement: Sequence[int], received: Sequence[int]) -> int:
+    """The planner's estimate for a placement (:attr:`Fit.PLAN`): the fullest device's share of the one-device
+    plan's categories, by its share of the parameters (weights, gradients, history, aux) and of the activations
+    produced, plus the tensors it receives, plus the whole workspace."""
+    whole = dict(plan.per_device_bytes)
+    devices = max(placement) + 1
+    params = [0] * devices
+    for t in graph.by_role(Role.PARAM):
+        if graph.consumers(t.id):
+            params[placement[graph.consumers(t.id)[0]]] += t.nbytes
+    acts = [0] * devices
+    for node in graph.nodes:
+        acts[placement[node.id]] += sum(graph.tensors[o].nbytes for o in node.outputs)
+    p_all, a_all = max(1, sum(params)), max(1, sum(acts))
+    weights = whole["params"] + whole["grads"] + whole["optimizer"] + whole["aux"]
+    return max(int(weights * params[d] / p_all + whole["activations"] * acts[d] / a_all + received[d]
+                   + whole["workspace"]) for d in range(devices))
+
+
+
 def one_device_program(graph: Graph, options: Options = Options()) -> Program:
-    """The whole of ``graph`` on one device (:func:`tofu.sim.baselines.one_device`'s plan)."""
+    """The whole of ``graph`` on one device (:func:`one_device`'s plan)."""
     return program_from_plan(graph, one_device(graph), options.sum_cap)
 
 
@@ -197,7 +280,7 @@ def swap(build: Build, profile: Profile, most: int, options: Options = Options()
 
 
 def placed_program(graph: Graph, devices: int, options: Options = Options()) -> Program:
-    """``graph``'s layers round-robin on ``devices`` devices (:func:`tofu.sim.baselines.layer_placement`), every
+    """``graph``'s layers round-robin on ``devices`` devices (:func:`layer_placement`), every
     tensor read on another device copied there."""
     placement = layer_placement(graph, devices)
     flow = placed(dataflow_from_plan(graph, one_device(graph)), placement)
