@@ -154,6 +154,9 @@ class Profile:
             times a kernel with); None: the roofline of ``classes`` (constant efficiencies, no fall for small work).
         classes: per :class:`~tofu.sim.flops.OpClass`, the fractions of the peaks it reaches and its launch cost
             (used only without ``kernels``).
+        task_seconds: fixed cost of every op the engine runs (kernel, update, copy) beyond its kernel curve and
+            latency: what one operator costs inside a large bound graph (executor and engine bookkeeping) that a
+            one-operator calibration does not see; 0: not modelled.
     """
 
     name: str
@@ -174,6 +177,7 @@ class Profile:
     copy_engines: int = 0
     kernels: KernelModel | None = None
     classes: tuple[tuple[OpClass, ClassRate], ...] = ()
+    task_seconds: float = 0.0
 
     def rate(self, op_class: OpClass) -> ClassRate:
         """The class's rates (a class the profile lacks: efficiencies 1, ``launch_seconds``)."""
@@ -216,6 +220,8 @@ class Profile:
         return tuple(out)
 
     def __post_init__(self):
+        if self.task_seconds < 0:
+            raise ValueError(f"profile {self.name}: task_seconds {self.task_seconds} must not be negative")
         if self.copy_engines < 0:
             raise ValueError(f"profile {self.name}: copy_engines {self.copy_engines} must not be negative")
         if self.host_sharing < 1 or self.host_memory_bytes < 0:
@@ -423,6 +429,7 @@ PARAMETER_SOURCES: dict[str, dict[str, str]] = {
         "update_launch_seconds": "none: the elementwise curve's launch",
         "copy_launch_seconds": "assumed: the launch cost (per-transfer latency)",
         "copy_engines": "MXNet 1.9.1 MXNET_GPU_COPY_NTHREADS default 2 (docs faq/env_var.md)",
+        "task_seconds": "not modelled (0): the kernel curves' launch L is fitted to published kernel times",
     },
     "v100x8": {
         "devices": "AWS p3.16xlarge: 8 V100 (the paper's second machine type)",
@@ -440,6 +447,7 @@ PARAMETER_SOURCES: dict[str, dict[str, str]] = {
         "update_launch_seconds": "none: the elementwise curve's launch",
         "copy_launch_seconds": "assumed: the launch cost (per-transfer latency)",
         "copy_engines": "MXNet 1.9.1 MXNET_GPU_COPY_NTHREADS default 2 (docs faq/env_var.md)",
+        "task_seconds": "not modelled (0): the kernel curves' launch L is fitted to published kernel times",
     },
     "cpu": {
         "devices": "CPU contexts cpu(0..63) of this machine (a plan may use any number)",
