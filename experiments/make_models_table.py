@@ -14,14 +14,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from experiments import run_largest_batch  # noqa: E402
+from tofu.api import load_graph, load_plan  # noqa: E402
 from tofu.graph import Role, import_symbol  # noqa: E402
 from tofu.graph.memory import estimate_training_memory  # noqa: E402
+from tofu.search.plan import DEVICE_RESERVE_BYTES, fits  # noqa: E402
 from tofu.models import GPT_MODELS, PAPER_EXTRA_MODELS, PAPER_MODELS, ModelOptions, build_model  # noqa: E402
 from tofu.models.transformer import CONFIGS as GPT_CONFIGS  # noqa: E402
 from tofu.models.paper import TABLE2_GIB, TOFU_BATCHES  # noqa: E402
 
 GPU_BYTES = 12 * 2**30
+RESERVE = DEVICE_RESERVE_BYTES       # kept on every device for the CUDA context and library workspaces
 GIB = 2**30
+WORKERS = 8
 MODELS = PAPER_MODELS + PAPER_EXTRA_MODELS
 MAX_BATCH = 1024
 CATEGORIES = ("params", "grads", "optimizer", "aux", "activations", "workspace")
@@ -87,13 +91,26 @@ BATCHES_HEAD = """\
 The paper trains Tofu at the largest batch that fits 8 GPUs of 12 GB: from 8 (WResNet-152-10) to 128
 (WResNet-50-4) for WResNet, 128 for RNN-10-8K and 256 or 512 for the other RNNs. Ours are found by the tool
 (`experiments/run_largest_batch.py`): from the Ideal batch (128 WResNet, 512 RNN) down by halves, each batch
-planned by `tofu.api.load_plan(graph, 8, "tofu")`, until the plan's per-device memory (its estimate, built on
-`estimate_training_memory`, with the fetched remote regions and the largest transient piece) fits 12 GiB.
+planned by `tofu.api.load_plan(graph, 8, "tofu")`, until the plan's worst device (its estimate, built on
+`estimate_training_memory`, with the remote regions the device keeps for the backward pass, each once, and
+the largest transient piece) fits 12 GiB less a reserve of {reserve:.1f} GiB for the CUDA context and the
+libraries' workspaces (`tofu.search.plan.DEVICE_RESERVE_BYTES`; `tofu plan --device-memory 12GiB --reserve`).
 We take the paper's 12 GB as 12 GiB, its unit in Table 2. "SmallBatch" is the largest power of two that
 fits one 12 GiB device unpartitioned (from the table below); the paper multiplies its throughput by 8.
 "paper's Tofu batch" is shown where the paper names one.
 
-"""
+""".format(reserve=RESERVE / GIB)
+
+PAPER_BATCH_HEAD = """
+## The paper's configurations at the paper's batches
+
+Each configuration for which the paper names Tofu's batch on 8 GPUs (WResNet-152-10 at 8, WResNet-50-4 at 128,
+RNN-10-8K at 128, the other RNNs at 256 or 512), planned by `tofu.api.load_plan(graph, 8, "tofu")` at that
+batch: the plan's worst device ("worst device", of which "fetched" is the remote regions it keeps for the
+backward pass, each once) against a 12 GiB K80 die less the {reserve:.1f} GiB reserve ({usable:.1f} GiB usable).
+"spare" is what is left of the usable memory ("-" where it does not fit).
+
+""".format(reserve=RESERVE / GIB, usable=(GPU_BYTES - RESERVE) / GIB)
 
 SIZES_HEAD = """\
 
@@ -139,8 +156,33 @@ def model_rows() -> list[dict]:
         rows.append({"model": name, "batch": model.batch, "parameters": sum(t.size for t in params),
                      "as_paper": as_paper, "largest_batch": single_device_batch(name),
                      "ideal_batch": run_largest_batch.ideal_batch(name),
-                     "tofu_batch": run_largest_batch.largest_batch(name, 8, "tofu", GPU_BYTES), **estimate.as_dict()})
+                     "tofu_batch": run_largest_batch.largest_batch(name, WORKERS, "tofu", GPU_BYTES - RESERVE),
+                     **estimate.as_dict()})
     return rows
+
+
+def paper_batch_rows() -> list[dict]:
+    """One row per paper configuration and batch the paper names for Tofu: the plan's worst device."""
+    rows = []
+    for name in MODELS:
+        for batch in TOFU_BATCHES.get(name, ()):
+            plan = load_plan(load_graph(name, ModelOptions(batch=batch)), WORKERS, "tofu")
+            memory = dict(plan.per_device_bytes)
+            rows.append({"model": name, "batch": batch, "total": memory["total"], "fetched": memory["fetched"],
+                         "fits": fits(memory, GPU_BYTES, RESERVE)})
+    return rows
+
+
+def render_paper_batches(rows: list[dict]) -> str:
+    gib = lambda b: f"{b / GIB:.2f}"  # noqa: E731
+    head = ["model", "paper's batch", "worst device GiB", "fetched GiB", "reserve GiB", "fits 12 GiB",
+            "spare GiB"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [f"`{r['model']}`", str(r["batch"]), gib(r["total"]), gib(r["fetched"]), gib(RESERVE),
+                 "yes" if r["fits"] else "no", gib(GPU_BYTES - RESERVE - r["total"]) if r["fits"] else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def render_table2(rows: list[dict]) -> str:
@@ -223,9 +265,9 @@ def render_gpt(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render(rows: list[dict], gpt: list[dict]) -> str:
-    return (INTRO + render_table2(rows) + BATCHES_HEAD + render_batches(rows) + SIZES_HEAD + render_sizes(rows)
-            + GPT_HEAD + render_gpt(gpt))
+def render(rows: list[dict], gpt: list[dict], paper: list[dict]) -> str:
+    return (INTRO + render_table2(rows) + BATCHES_HEAD + render_batches(rows) + PAPER_BATCH_HEAD
+            + render_paper_batches(paper) + SIZES_HEAD + render_sizes(rows) + GPT_HEAD + render_gpt(gpt))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -233,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/models.md"))
     args = parser.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(render(model_rows(), gpt_rows()))
+    args.out.write_text(render(model_rows(), gpt_rows(), paper_batch_rows()))
     print(f"wrote {args.out}")
     return 0
 

@@ -18,7 +18,10 @@ each worker needs and does not have:
   |S| >= n, n (n - 1) |S| otherwise (every device reads every partial), and as much for its gradient when
   the tensor it is computed from has one; S as the analysis sizes the statistic on the worker's piece;
 * ``kept``: the forward part of the input receipts of ops that keep their inputs for the backward pass
-  (the remote regions a device holds until then).
+  (the remote regions a device holds until then); ``kept_per_device``: the same per device, each remote cell
+  once (the runtime's one copy, read by every op there);
+* a constant (computed from nothing the model is fed, learns, keeps or draws, :func:`constants`) is computed
+  by every device that reads it: never sent.
 
 Two totals: ``per_consumer`` (every consumer op fetches its own pieces, as the cost model charges, but for the
 ops of one fetch group, :func:`fetch_groups`, which fetch a piece they all read once) and ``shared`` (what the
@@ -57,6 +60,8 @@ class Count:
     by_edge: tuple[tuple[tuple[str, str], float], ...] = ()   # per (node, tensor): what the node reads or makes
     kept: float = 0.0             # forward bytes received for the inputs of ops that keep them for backward
     largest_buffer: int = 0       # worker 0's largest partial-sum or unconverted output piece, bytes
+    kept_per_device: tuple[float, ...] = ()   # per device: forward bytes of the remote cells it receives for ops
+    #                                           that keep their inputs, each cell once (one copy, read by all)
 
 
 def _size(box: Box) -> int:
@@ -132,6 +137,19 @@ def fetch_groups(graph: Graph) -> dict[int, tuple]:
     return groups
 
 
+def constants(graph: Graph) -> set[int]:
+    """Tensors computed from nothing the model is fed, learns, keeps as state or draws at random (an ``arange``,
+    a ``zeros`` and what ops compute from those alone: a causal mask, an RNN's zero begin state), but a graph
+    output: every device that reads one computes what it reads, so none of it is sent."""
+    random = ("Dropout", "_random_", "_sample_", "random_", "sample_")
+    found: set[int] = set()
+    for node in graph.nodes:
+        if (all(t in found for t in node.inputs) and node.op not in LOSS_OPS and not node.op.startswith(random)
+                and not set(node.outputs) & set(graph.heads)):
+            found.update(node.outputs)
+    return found
+
+
 def count(graph: Graph, plan) -> Count:
     factors = tuple(s.factor for s in plan.steps)
     k = math.prod(factors)
@@ -143,6 +161,9 @@ def count(graph: Graph, plan) -> Count:
     item = {t.id: np.dtype(t.dtype).itemsize for t in graph.tensors}
     read = {t for n in graph.nodes for t in n.inputs}
     consumed = read | set(graph.heads)
+    const = constants(graph)
+    kept_device = [0.0] * k
+    kept_cells: set = set()
 
     def holders(t) -> dict[int, Box]:
         tensor = graph.tensors[t]
@@ -177,6 +198,9 @@ def count(graph: Graph, plan) -> Count:
                 sent.add((group, key))
         if cells is not None:
             for cell in cells:
+                if keeps and cell not in kept_cells:
+                    kept_cells.add(cell)
+                    kept_device[cell[1]] += _size(cell[2]) * item[t]
                 if cell not in sent:
                     sent.add(cell)
                     shared_total += _size(cell[2]) * item[t] * (1 + (t in grads))
@@ -188,7 +212,7 @@ def count(graph: Graph, plan) -> Count:
     for node in graph.nodes:
         view = NodeView.of(graph, node)
         calls = compose(view, choices[node.id], factors)
-        running = calls
+        running = calls if not set(node.outputs) & const else []     # a constant runs where it is read
         if node.op in LOSS_OPS:     # one copy of each piece of a loss is read: MXNet runs no other
             first: dict[tuple, object] = {}
             for c in calls:
@@ -199,8 +223,9 @@ def count(graph: Graph, plan) -> Count:
             w = call.worker
             for piece in call.inputs:
                 t = node.inputs[piece.input]
-                if piece.zeroed or not piece.read or graph.tensors[t].role is Role.AUX:
-                    continue        # zeros, an input an expansion ignores (MXNet drops it), or state
+                if piece.zeroed or not piece.read or graph.tensors[t].role is Role.AUX or t in const:
+                    continue        # zeros, an input an expansion ignores (MXNet drops it), state, or a
+                    #                 constant the device computes itself
                 own = held[t].get(w)
                 local = _size(_meet(piece.data, own)) if own is not None else 0
                 # the runtime cuts the piece into the cells its holders' boxes make and sends each remote
@@ -216,7 +241,7 @@ def count(graph: Graph, plan) -> Count:
             if piece.partial or piece.box != _held(graph.tensors[t].shape, dims[t], factors, 0):
                 largest = max(largest, _size(piece.box) * item[t])
         for o, t in enumerate(node.outputs):
-            if t not in consumed:
+            if t not in consumed or t in const:
                 continue
             produced = [(c.worker, c.outputs[o].box, tuple(_coords(c.worker, factors)[j] for j in c.outputs[o].partial))
                         for c in calls]
@@ -237,7 +262,7 @@ def count(graph: Graph, plan) -> Count:
                     moved += need - own
                 charge(t, moved, node=node.name)
     return Count(sum(per_tensor.values()), shared_total,
-                 tuple(per_tensor.items()), tuple(per_edge.items()), kept_total, largest)
+                 tuple(per_tensor.items()), tuple(per_edge.items()), kept_total, largest, tuple(kept_device))
 
 
 def _exchange(node, view, calls, factors, choices, charge):

@@ -44,7 +44,8 @@ def _check(model: str, k: int, algo: str, batch: int | None = None) -> None:
     assert c.shared == pytest.approx(plan.comm_bytes, rel=1e-12, abs=1e-6), (model, k, algo)
     assert c.shared <= c.per_consumer
     # the plan's per-device memory counts the received regions kept for the backward pass
-    assert dict(plan.per_device_bytes)["fetched"] == int(c.kept / k)
+    # (the worst device's, each region it receives once)
+    assert dict(plan.per_device_bytes)["fetched"] == int(max(c.kept_per_device))
     assert dict(plan.per_device_bytes)["transient"] == c.largest_buffer
 
 

@@ -6,7 +6,7 @@ import argparse
 import os
 
 from tofu.cli.common import (FIGURE_FORMATS, dumps, gb, input_path, model_args, model_graph, output_path,
-                             split_batch)
+                             parse_bytes, split_batch)
 from tofu.errors import TofuError
 
 
@@ -24,6 +24,12 @@ def add_parser(sub) -> None:
     p.add_argument("--load", metavar="PLAN.json", help="show a saved plan (checked against the model)")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
     p.add_argument("--steps", action="store_true", help="with --json: include every tensor's and op's split")
+    p.add_argument("--device-memory", type=parse_bytes, metavar="BYTES",
+                   help="say whether the plan's worst device fits a device of this memory (e.g. 12GiB), less "
+                        "--reserve")
+    p.add_argument("--reserve", type=parse_bytes, metavar="BYTES",
+                   help="with --device-memory: memory each device keeps for the CUDA context and the libraries' "
+                        "workspaces, which the plan's estimate does not count (default 0.5GiB; docs/search.md)")
     p.add_argument("--figure", metavar="PLAN.png", help="draw each chosen tensor's split at every cut")
     p.add_argument("--figure-tensors", metavar="REGEX", default="",
                    help="with --figure: the tensors to draw (default every tensor, at most 150)")
@@ -51,6 +57,13 @@ def run(args) -> int:
         if args.out and os.path.abspath(args.out) == os.path.abspath(args.figure):
             raise TofuError(f"--out and --figure are the same file '{args.out}': one would overwrite the other")
     input_path(args.load, "plan")
+    from tofu.search.plan import DEVICE_RESERVE_BYTES, fits
+
+    if args.reserve is not None and args.device_memory is None:
+        raise TofuError("--reserve applies with --device-memory")
+    reserve = DEVICE_RESERVE_BYTES if args.reserve is None else args.reserve
+    if args.device_memory is not None and not 0 <= reserve < args.device_memory:
+        raise TofuError(f"--reserve of {gb(reserve)} leaves nothing of --device-memory {gb(args.device_memory)}")
     global_batch = None
     if args.machines is not None:
         global_batch = split_batch(args, args.machines)
@@ -83,6 +96,9 @@ def run(args) -> int:
             for step in doc["steps"]:          # the per-tensor tables are in --out files; keep stdout short
                 step.pop("tensor_dims")
                 step.pop("ops")
+        if args.device_memory is not None:
+            doc.update({"device_memory_bytes": args.device_memory, "reserve_bytes": reserve,
+                        "fits": fits(doc["per_device_bytes"], args.device_memory, reserve)})
         if inter is not None:
             doc.update({"machines": args.machines, "global_batch": global_batch, "machine_batch": args.batch,
                         "intra_machine_bytes": plan.comm_bytes, "inter_machine_pushed_bytes": inter,
@@ -90,6 +106,12 @@ def run(args) -> int:
         print(dumps(doc))
         return 0
     print(_plan_text(graph, plan))
+    if args.device_memory is not None:
+        total = dict(plan.per_device_bytes)["total"]
+        gib = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
+        print(f"fits {gib(args.device_memory)} less a {gib(reserve)} reserve: "
+              f"{'yes' if fits(dict(plan.per_device_bytes), args.device_memory, reserve) else 'no'} "
+              f"(worst device {gib(total)} of {gib(args.device_memory - reserve)})")
     if inter is not None:
         print(f"{args.machines} machines, global batch {global_batch} ({args.batch} per machine): per iteration, "
               f"intra-machine {gb(plan.comm_bytes)} on each machine (the plan's), inter-machine {gb(2 * inter)} "
@@ -126,5 +148,5 @@ def _plan_text(graph, plan) -> str:
         lines.append(f"step {j}: {s.factor}-way cut in {s.groups} group(s): {gb(s.cost_bytes)}")
     lines.append(f"communication per iteration: {gb(plan.comm_bytes)}")
     mem = dict(plan.per_device_bytes)
-    lines.append("per-device memory: " + ", ".join(f"{k} {gb(v)}" for k, v in mem.items()))
+    lines.append("per-device memory (the worst device): " + ", ".join(f"{k} {gb(v)}" for k, v in mem.items()))
     return "\n".join(lines)

@@ -10,7 +10,9 @@ holds the box of it that the plan's cuts give w (:func:`~tofu.analysis.compose.h
 that its device does not hold is gathered from the holders (:mod:`tofu.rewrite.comm`), and each op's outputs
 are turned into the held boxes (partial results reduce-scattered: each device sums its own slice). A graph
 output that no op reads is handed out as its devices computed it (one copy of each piece of a loss), not
-moved, unless it is left in partial sums.
+moved, unless it is left in partial sums. A constant (:mod:`tofu.search.constants`: a causal mask, a zero begin
+state) is never moved: a device that reads a region of it runs, itself, the calls of its producer whose pieces
+the region meets (their constant inputs likewise), and reads the region from them.
 
 Shard variables (the naming scheme): ``{tensor}@dev{w}`` is device w's box of ``tensor``. A parameter has one
 variable per distinct box, on the first device holding it (devices that hold a replicated parameter read it
@@ -20,6 +22,7 @@ MXNet derives the backward pass and runs each backward op on its forward op's de
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import types
@@ -34,8 +37,9 @@ from tofu.analysis.compose import Box, InputPiece, compose, coordinates, held_bo
 from tofu.analysis.views import NodeView
 from tofu.errors import RewriteError, TofuError
 from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
-from tofu.rewrite.comm import Fabric, Held, box_shape, intersect, scope
+from tofu.rewrite.comm import Fabric, Held, Lazy, box_shape, intersect, scope
 from tofu.rewrite.machines import MachineStat, machine_mean
+from tofu.search.constants import constant_tensors
 from tofu.search.plan import Plan
 from tofu.tdl.describe import typed_attrs
 
@@ -120,6 +124,10 @@ class _Rewriter:
         self._aux: dict[tuple[int, int], tuple[Box, object]] = {}
         self.read = {t for n in graph.nodes for t in n.inputs}
         self.consumed = self.read | set(graph.heads)
+        self.const = constant_tensors(graph)
+        self._const_calls: dict[int, tuple] = {}         # per constant node id: its view's calls
+        self._const_pieces: dict[tuple[int, int], list[Held]] = {}
+        self._const_runs: dict[tuple[int, int, int], list] = {}
 
     def _distance(self, u: int, w: int) -> int:
         """0 for the same device; else the number of steps below the first one that separates them."""
@@ -191,6 +199,9 @@ class _Rewriter:
             if piece.zeroed:
                 with scope(w):
                     args.append(mx.sym.zeros(shape=box_shape(piece.box), name=self.fabric.name(f"zeros@dev{w}")))
+            elif t in self.const:
+                args.append(self.fabric.gather(tensor.name, self._constant(t, w), piece.box, w, piece.data,
+                                               piece.fill, reducer=self._const_reducer(t)))
             elif tensor.role is Role.AUX:
                 args.append(self._aux_input(t, w, piece))
             else:
@@ -203,6 +214,9 @@ class _Rewriter:
             calls = compose(view, self.choices[node.id], self.factors)
         except TofuError as e:
             raise RewriteError(f"node '{node.name}' ({node.op}): {e}") from None
+        if node.outputs and node.outputs[0] in self.const:
+            self._const_calls[node.id] = calls      # run where a reader needs it (_constant)
+            return
         if any(c.expansion for c in calls) or node.name in self.machine_sync:
             results = self._expansion(node, view, calls)
         else:
@@ -232,6 +246,40 @@ class _Rewriter:
             self.held[t] = [Held(w, self.box(t, w), (), self.fabric.gather(name, produced, self.box(t, w), w,
                                                                               reducer=reducer))
                             for w in range(self.k)]
+
+    # ------------------------------------------------------------------------------------------ constants
+    def _constant(self, t: int, w: int) -> list[Held]:
+        """The pieces of the constant tensor t as the plan's calls of its producer make them, each computed on
+        device w when a gather there first reads it (a :class:`~tofu.rewrite.comm.Lazy` symbol): a region of a
+        constant is made where it is read, from the calls whose pieces it meets, never sent."""
+        key = (t, w)
+        if key not in self._const_pieces:
+            tensor = self.graph.tensors[t]
+            node = self.graph.nodes[tensor.producer]
+            o = tensor.output_index
+            self._const_pieces[key] = [
+                Held(w, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial),
+                     Lazy(lambda c=c: self._run_constant(node, c, w)[o]))
+                for c in sorted(self._const_calls[node.id], key=lambda c: c.worker != w)]   # w's own first
+        return self._const_pieces[key]
+
+    def _const_reducer(self, t: int) -> str:
+        tensor = self.graph.tensors[t]
+        return self._const_calls[tensor.producer][0].outputs[tensor.output_index].reducer or "sum"
+
+    def _run_constant(self, node: Node, call, w: int) -> list:
+        """Worker ``call.worker``'s call of the constant op ``node``, run on device w (its inputs, constant too,
+        made there): named as w's own call when it is, else ``{node}@dev{w}<{worker}``."""
+        key = (node.id, call.worker, w)
+        if key not in self._const_runs:
+            here = dataclasses.replace(call, worker=w)
+            args = self._inputs(node, here)
+            name = f"{node.name}@dev{w}" if call.worker == w else f"{node.name}@dev{w}<{call.worker}"
+            with scope(w):
+                sym = _op_function(node.op)(*args, name=name, **call.attrs.to_mxnet())
+            n_visible = len(sym.list_outputs())
+            self._const_runs[key] = _kept([sym[o] if n_visible > 1 else sym for o in range(n_visible)], here, name)
+        return self._const_runs[key]
 
     def _shape(self, symbol) -> tuple[int, ...] | None:
         """The shape of a symbol built so far (a statistic inside an expansion), from the shard variables'."""

@@ -41,6 +41,18 @@ class Held:
     symbol: object
 
 
+class Lazy:
+    """A held piece's symbol built when a gather first reads it (a constant's piece made where it is read)."""
+
+    def __init__(self, build: Callable[[], object]):
+        self._build, self._symbol = build, None
+
+    def get(self) -> object:
+        if self._symbol is None:
+            self._symbol = self._build()
+        return self._symbol
+
+
 def scope(device: int) -> mx.AttrScope:
     return mx.AttrScope(ctx_group=f"dev{device}")
 
@@ -80,17 +92,18 @@ class Fabric:
         if key in self._sent:
             return self._sent[key]
         whole = box == src.box
+        symbol = src.symbol.get() if isinstance(src.symbol, Lazy) else src.symbol
         if whole and src.device == dst:
-            return src.symbol
+            return symbol
         # the destination is an attribute too, so that MXNet's common-expression elimination cannot merge
         # two routes of one piece to different devices into one node feeding both (its gradient would be lost)
         with scope(src.device), mx.AttrScope(__tofu_to__=f"dev{dst}"):
             if whole:       # routed through the holder's device, one route per destination
-                sym = mx.sym.identity(src.symbol, name=self.name(f"{tensor}@dev{src.device}>dev{dst}"))
+                sym = mx.sym.identity(symbol, name=self.name(f"{tensor}@dev{src.device}>dev{dst}"))
             else:
                 begin = tuple(a - o for (a, _), (o, _) in zip(box, src.box))
                 end = tuple(b - o for (_, b), (o, _) in zip(box, src.box))
-                sym = mx.sym.slice(src.symbol, begin=begin, end=end,
+                sym = mx.sym.slice(symbol, begin=begin, end=end,
                                    name=self.name(f"{tensor}@dev{src.device}>dev{dst}_slice"))
         self._sent[key] = sym
         return sym

@@ -29,7 +29,7 @@ from tofu.analysis.strategies import PartialSum
 from tofu.errors import SearchError, TofuError
 from tofu.graph.ir import Graph
 from tofu.search.coarsen import coarsen
-from tofu.search.copies import copied_bytes
+from tofu.search.copies import copies_and_kept
 from tofu.search.dp import solve_dp
 from tofu.search.plan import Plan, PlanStep, per_device_memory
 from tofu.search.recursive import CutStep, factorize, search, total_cost
@@ -267,33 +267,36 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                  for shape, d in zip(final, s.tensor_dims)]
     choices = [tuple(OpChoice.of(st, s.tensor_dims[n.outputs[0]]) for n, st in zip(graph.nodes, s.strategies))
                for s in steps]
-    costs = _step_costs(graph, steps, choices)
+    costs, kept = _step_costs(graph, steps, choices)
     plan_steps = tuple(PlanStep(s.factor, s.groups, cost,
                                 tuple((t.name, d) for t, d in zip(graph.tensors, s.tensor_dims)),
                                 tuple((n.name, c) for n, c in zip(graph.nodes, step_choices)))
                        for s, cost, step_choices in zip(steps, costs, choices))
-    memory = per_device_memory(graph, final, fetched=sum(s.kept_bytes for s in steps) / workers,
+    if kept is None:        # a plan the runtime cannot run: the search's own count, spread over the devices
+        kept = (sum(s.kept_bytes for s in steps) / workers,)
+    memory = per_device_memory(graph, final, fetched=max(kept, default=0.0),
                                transient=_largest_buffer(graph, steps, final))
     return Plan(graph.name, workers, algo, plan_steps, float(sum(costs)), seconds,
                 tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))
 
 
-def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices) -> list[float]:
+def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices) -> tuple[list[float], tuple[float, ...] | None]:
     """Each step's d_j as the runtime moves it: what the first j cuts copy less what the first j - 1 copy
-    (:mod:`tofu.search.copies`). The search's own costs, which charge every op for its pieces, are the same
-    but where ops on a device share a piece or MXNet runs no op that needs one; for a plan the runtime cannot
-    run (a search without the runnability check), they are kept."""
-    costs, before = [], 0.0
+    (:mod:`tofu.search.copies`), and per device the forward bytes it receives and keeps for the backward pass
+    under all the cuts (each region once). The search's own costs, which charge every op for its pieces, are
+    the same but where ops on a device share a piece or MXNet runs no op that needs one; for a plan the runtime
+    cannot run (a search without the runnability check), they are kept, and the kept bytes are None."""
+    costs, before, kept = [], 0.0, ()
     try:
         for j in range(1, len(steps) + 1):
-            now = copied_bytes(graph, [s.factor for s in steps[:j]],
-                               [tuple(s.tensor_dims[t.id] for s in steps[:j]) for t in graph.tensors],
-                               [tuple(c[n.id] for c in choices[:j]) for n in graph.nodes])
+            now, kept = copies_and_kept(graph, [s.factor for s in steps[:j]],
+                                        [tuple(s.tensor_dims[t.id] for s in steps[:j]) for t in graph.tensors],
+                                        [tuple(c[n.id] for c in choices[:j]) for n in graph.nodes])
             costs.append(now - before)
             before = now
     except TofuError:
-        return [float(s.cost) for s in steps]
-    return costs
+        return [float(s.cost) for s in steps], None
+    return costs, kept
 
 
 def _largest_buffer(graph: Graph, steps: tuple[CutStep, ...], final) -> int:

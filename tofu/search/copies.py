@@ -14,6 +14,7 @@ every worker's call as :func:`tofu.analysis.compose.compose` gives it, and keeps
   reads is handed out as computed, unless partial;
 * MXNet runs only what a graph output needs: of a loss computed whole the first copy alone (the others would
   inject its gradient again), and no conversion to a holder whose box no running op reads;
+* a constant (:mod:`tofu.search.constants`) is computed by every device that reads it: nothing of it is sent;
 * a cell crosses back in the backward pass when its tensor has a gradient; a statistics exchange moves
   2 (n - 1) |S|, and its gradient as much when the tensor the statistic is computed from has a gradient.
 
@@ -32,8 +33,10 @@ import numpy as np
 
 from tofu.analysis.compose import OpChoice, compose, coordinates, held_box
 from tofu.analysis.views import NodeView
-from tofu.search.cost import allreduce_elements
 from tofu.graph.ir import LOSS_OPS, Graph, Role
+from tofu.graph.memory import rule_for
+from tofu.search.constants import constant_tensors
+from tofu.search.cost import allreduce_elements
 
 Box = tuple[tuple[int, int], ...]
 
@@ -43,6 +46,16 @@ def copied_bytes(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[i
     """Bytes copied across devices per training iteration by ``graph`` under the cuts ``factors``, with
     ``dims[t]`` the split dimension of tensor id t and ``choices[n]`` the choice of node id n at each cut."""
     return _Replay(graph, tuple(factors), dims, choices).run()
+
+
+def copies_and_kept(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]],
+                    choices: Sequence[Sequence[OpChoice]]) -> tuple[float, tuple[float, ...]]:
+    """:func:`copied_bytes`, and per device the forward bytes it receives for the inputs of ops that keep them
+    for the backward pass (:attr:`tofu.graph.memory.MemoryRule.keeps_inputs`): each region a device receives
+    counted once, however many ops there read it (they read one copy), as MXNet holds it until the backward."""
+    replay = _Replay(graph, tuple(factors), dims, choices)
+    total = replay.run()
+    return total, replay.kept_per_device()
 
 
 class _Replay:
@@ -57,6 +70,10 @@ class _Replay:
         self.nbytes: list[float] = []              # per symbol: bytes its copy moves, forward and backward
         self.sent: dict[tuple, int] = {}
         self.grads = graph.with_gradient
+        self.const = constant_tensors(graph)
+        self.received: dict[int, tuple[int, float]] = {}   # per copied symbol: (destination, forward bytes)
+        self.kept: set[int] = set()                         # copied symbols an op keeps for the backward pass
+        self.live_symbols: set[int] = set()
 
     def symbol(self, inputs=(), nbytes: float = 0.0) -> int:
         self.inputs.append(tuple(inputs))
@@ -89,6 +106,9 @@ class _Replay:
                 held[t.id] = pieces
         exchanges: list[tuple[list[int], float]] = []
         for node in graph.nodes:
+            if node.outputs and node.outputs[0] in self.const:
+                continue            # computed where it is read, the region read: nothing crosses devices
+            keeps = rule_for(node).keeps_inputs
             calls = _calls(node.op, node.attrs, tuple(graph.tensors[t].shape for t in node.inputs),
                            tuple(graph.tensors[t].shape for t in node.outputs), tuple(self.choices[node.id]),
                            self.factors)
@@ -97,9 +117,13 @@ class _Replay:
                 reads = []
                 for p in call.inputs:
                     t = node.inputs[p.input]
-                    if p.zeroed or not p.read or graph.tensors[t].role is Role.AUX:
-                        continue        # zeros, an input the expansion ignores, or state kept on the device
-                    reads += self.gather(t, held[t], p.box, call.worker, p.data)
+                    if p.zeroed or not p.read or graph.tensors[t].role is Role.AUX or t in self.const:
+                        continue        # zeros, an input the expansion ignores, state kept on the device, or a
+                        #                 constant computed there
+                    got = self.gather(t, held[t], p.box, call.worker, p.data)
+                    if keeps:
+                        self.kept.update(got)
+                    reads += got
                 syms.append(self.symbol(reads))
             if calls[0].expansion:
                 exchanges.append((syms, self.exchange(node, calls)))
@@ -125,9 +149,19 @@ class _Replay:
                 if b not in boxes:
                     boxes.add(b)
                     roots.append(s)
-        live = self.live(roots)
+        live = self.live_symbols = self.live(roots)
         total = sum(self.nbytes[s] for s in live)
         return total + sum(nbytes for syms, nbytes in exchanges if any(s in live for s in syms))
+
+    def kept_per_device(self) -> tuple[float, ...]:
+        """Per device, the forward bytes of the copies it receives and keeps for the backward pass (after
+        :meth:`run`; each copy once)."""
+        out = [0.0] * self.k
+        for s in self.kept & self.live_symbols:
+            hit = self.received.get(s)
+            if hit is not None:
+                out[hit[0]] += hit[1]
+        return tuple(out)
 
     def live(self, roots: list[int]) -> set[int]:
         """The symbols the graph outputs depend on (what MXNet runs)."""
@@ -177,10 +211,14 @@ class _Replay:
         sent = (t, device, src_box, key, box, dst)
         if sent not in self.sent:
             nbytes = 0.0
+            forward = 0.0
             if device != dst:
                 tensor = self.graph.tensors[t]
-                nbytes = math.prod(b - a for a, b in box) * np.dtype(tensor.dtype).itemsize * (1 + (t in self.grads))
+                forward = math.prod(b - a for a, b in box) * np.dtype(tensor.dtype).itemsize
+                nbytes = forward * (1 + (t in self.grads))
             self.sent[sent] = self.symbol((sym,), nbytes)
+            if forward:
+                self.received[self.sent[sent]] = (dst, forward)
         return self.sent[sent]
 
     def exchange(self, node, calls) -> float:

@@ -33,6 +33,10 @@ costs separable: the runtime sends it once per device, so the search minimises a
 plan's reported bytes are counted as the runtime moves them (tofu.search.copies).
 
 The costs depend on a strategy and one tensor's choice each, so they are separable (problem.py).
+A constant (a tensor that depends on no input, parameter, state or random draw: a causal mask, an RNN's zero
+begin state; tofu.search.constants) is computed by every device that reads it, the region it reads: reading
+or converting one costs 0 bytes, whatever the split.
+
 Strategies that cannot be run (by MXNet's kernel on the shards, or by the op's declared expansion when the
 strategy exchanges statistics) are excluded: the search finds them by checking what it chooses
 (``recursive._solve_runnable``) and passes them as ``excluded``; when every strategy of an op is excluded,
@@ -54,6 +58,7 @@ from tofu.errors import SearchError, TofuError
 from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
 from tofu.graph.memory import rule_for
 from tofu.search.coarsen import Coarsening
+from tofu.search.constants import constant_tensors
 from tofu.search.problem import CutProblem, OpGroup, TensorGroup
 from tofu.tdl.describe import describe
 
@@ -389,7 +394,7 @@ def clear_caches() -> None:
         table.clear()
 
 
-_AUX, _PARAM, _COMPUTED, _UNREAD, _HEAD = 0, 1, 2, 3, 4
+_AUX, _PARAM, _COMPUTED, _UNREAD, _HEAD, _CONST = 0, 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True)
@@ -408,9 +413,11 @@ def _tensor_info(graph: Graph) -> _TensorInfo:
     if hit is None or hit[0] is not graph:
         read = {t for n in graph.nodes for t in n.inputs}
         heads = set(graph.heads)
+        const = constant_tensors(graph)
         info = _TensorInfo(tuple(t.id in graph.with_gradient for t in graph.tensors),
                            tuple(np.dtype(t.dtype).itemsize for t in graph.tensors),
-                           tuple(_role(t, t.id in read, t.id in heads) for t in graph.tensors))
+                           tuple(_CONST if t.id in const else _role(t, t.id in read, t.id in heads)
+                                 for t in graph.tensors))
         if len(_INFO) > 64:
             _INFO.clear()
         hit = _INFO[id(graph)] = (graph, info)
@@ -508,7 +515,7 @@ def _input_costs(sig, whole, i, box, window, role, grad, item):
     shape, k = sig[2][i], sig[4]
     out = []
     for s in _strategies(*sig)[whole]:
-        if role == _AUX:
+        if role == _AUX or role == _CONST:     # state kept on the device; a constant computed where it is read
             zero = dict.fromkeys((*range(len(shape)), None), 0.0)
             out.append((zero, zero))
             continue
@@ -549,7 +556,7 @@ def _output_costs(sig, whole, o, box, n, done, grad, item, role=_COMPUTED):
     for s in _strategies(*sig)[whole]:
         placement = s.outputs[o]
         m = n * k if isinstance(placement, PartialSum) else n
-        if role == _UNREAD or (role == _HEAD and m == 1):
+        if role == _UNREAD or role == _CONST or (role == _HEAD and m == 1):
             out.append(dict.fromkeys((*range(len(shape)), None), 0.0))
             continue
         if isinstance(placement, SplitDim) and not done:

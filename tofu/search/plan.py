@@ -22,6 +22,22 @@ from tofu.graph.memory import MemoryEstimate, estimate_training_memory
 
 PLAN_VERSION = 2
 
+DEVICE_RESERVE_BYTES = 2**29
+"""Memory a GPU keeps for what the plan's estimate does not count, 0.5 GiB by default: the CUDA context and
+the handles and workspaces of the libraries MXNet loads (cuBLAS, cuDNN; cuDNN may pick a convolution algorithm
+with a larger workspace than the estimate's im2col of one image), and the kernel launches. Reasoning, not a
+measurement here (the machines of this project run no pre-Hopper GPU that MXNet 1.9.1 supports): MXNet's own
+GPU memory pool keeps ``MXNET_GPU_MEM_POOL_RESERVE`` = 5% of the device free "for things other than the GPU
+array, such as kernel launch or cudnn handle space" (docs/faq/env_var.md of MXNet; 0.6 GiB of a 12 GiB K80
+die, the paper's GPU), of which the pool may still allocate when it has nothing cached to release; a CUDA
+context with cuBLAS and cuDNN loaded commonly takes 0.3-0.5 GiB on Kepler and later GPUs. docs/search.md,
+"Constants and memory"."""
+
+
+def fits(per_device_bytes: Mapping[str, int], device_bytes: int, reserve: int = DEVICE_RESERVE_BYTES) -> bool:
+    """Whether a plan's worst device (its ``total``) fits a device of ``device_bytes`` less ``reserve``."""
+    return per_device_bytes["total"] <= device_bytes - reserve
+
 
 @dataclass(frozen=True)
 class PlanStep:
@@ -160,11 +176,14 @@ def _integer(v) -> int:
 def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
                       estimate: MemoryEstimate | None = None, fetched: float = 0.0,
                       transient: int = 0, workers: int | None = None) -> dict[str, int]:
-    """Each device's training memory under a plan: every category of the single-device estimate scaled by the
-    fraction of its tensors' bytes that one device holds at the end of the recursion, plus ``fetched``: the
-    remote regions a device receives for its ops' inputs and keeps until the backward pass (all alive when
-    the forward pass ends, where activations peak; the plan's total over its devices, divided evenly), and
-    ``transient``: the largest partial sum or unconverted output piece a device computes (one at a time).
+    """The worst device's training memory under a plan: every category of the single-device estimate scaled by
+    the fraction of its tensors' bytes that one device holds at the end of the recursion (every device holds
+    a box of the same size of a split tensor, and the first device every replicated one it reads: device 0
+    holds the most), plus ``fetched``: the remote regions the worst device receives for its ops' inputs and
+    keeps until the backward pass (all alive when the forward pass ends, where activations peak; each region
+    once, however many ops there read it: :func:`tofu.search.copies.copies_and_kept`), and ``transient``: the
+    largest partial sum or unconverted output piece the first device computes (one at a time). ``total`` is
+    the sum of these: the worst device's, or above it when no device is the worst in every category.
     ``workspace`` is the device's own temporary space: the largest request of any op at the shard shapes
     (its ops share one buffer; an im2col buffer of one image does not shrink when the batch is split).
 

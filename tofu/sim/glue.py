@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from tofu.errors import TofuError
 from tofu.graph.attrs import Attrs
 from tofu.graph.ir import Graph, Role
+from tofu.search.constants import constant_tensors
 from tofu.sim.flops import OpClass, OpWork
 
 GLUE_OPS = frozenset({"slice", "Concat", "concat", "add_n", "ElementWiseSum", "identity", "_copy", "_zeros",
@@ -226,12 +227,14 @@ class _PlanGlue:
         return self.op(device, op, work, srcs, (4 * math.prod(_extent(out)),), t, to=to,
                        attrs=(tuple(ins), out))[0]
 
-    # a held piece: (device, box, key, value)
+    # a held piece: (device, box, key, value); value a _Lazy for a constant's piece made where it is read
     def piece(self, t: int, src, box, dst: int) -> int:
         dev, held, key, value = src
         sent = (t, dev, held, key, box, dst)
         if sent in self.sent:
             return self.sent[sent]
+        if isinstance(value, _Lazy):
+            value = value.get()
         if box == held and dev == dst:
             return value
         v = self.emit(dev, "_copy" if box == held else "slice", [held], box, t, (value,), to=dst)
@@ -287,7 +290,6 @@ class _PlanGlue:
         from tofu.analysis.compose import compose
         from tofu.analysis.views import NodeView
         from tofu.graph.ir import LOSS_OPS
-        from tofu.sim.flops import op_call_work
 
         held: dict[int, list] = {}
         for t in self.graph.tensors:
@@ -300,41 +302,20 @@ class _PlanGlue:
                     seen.add(b)
                     pieces.append((w, b, (), self.value(w, 4 * math.prod(_extent(b)), t.id, t.role)))
                 held[t.id] = pieces
-        aux: dict[tuple[int, int], int] = {}
+        self.aux: dict[tuple[int, int], int] = {}
+        self.held = held
+        self.const = constant_tensors(self.graph)
+        self.const_calls: dict[int, tuple] = {}
+        self.const_pieces: dict[tuple[int, int], list] = {}
+        self.const_runs: dict[tuple[int, int, int], list[int]] = {}
         read = {t for n in self.graph.nodes for t in n.inputs}
         consumed = read | set(self.graph.heads)
         for node in self.graph.nodes:
             calls = compose(NodeView.of(self.graph, node), self.choices[node.id], self.factors)
-            first = self.graph.tensors[node.outputs[0]]
-            item = first.nbytes // max(1, first.size)
-            results = []
-            for call in calls:
-                args = []
-                for p in call.inputs:
-                    t = node.inputs[p.input]
-                    if p.zeroed:
-                        args.append(self.emit(call.worker, "_zeros", [], p.box, t))
-                    elif self.graph.tensors[t].role is not Role.AUX:
-                        args.append(self.gather(t, held[t], p.box, call.worker, p.data))
-                    else:       # an auxiliary state: a variable of the box the call reads, on its device
-                        if (t, call.worker) not in aux:
-                            aux[(t, call.worker)] = self.value(call.worker, 4 * math.prod(_extent(p.box)), t,
-                                                               Role.AUX)
-                        args.append(aux[(t, call.worker)])
-                outs = tuple(_extent(o.box) for o in call.outputs)
-                work = op_call_work(node.op, call.attrs, tuple(_extent(p.box) for p in call.inputs), outs, item)
-                args = [a for a, p in zip(args, call.inputs) if p.read]     # an expansion's unread inputs
-                out = list(self.op(call.worker, node.op, work, args, [item * math.prod(s) for s in outs],
-                                   node.outputs[0], node.id, call.expansion))
-                if not call.expansion:
-                    for o, box in enumerate(call.keep or ()):
-                        out[o] = self.emit(call.worker, "slice", [call.outputs[o].box], box, node.outputs[o],
-                                           (out[o],))
-                    if call.scale != 1.0:
-                        for o, piece in enumerate(call.outputs):
-                            out[o] = self.emit(call.worker, "_mul_scalar", [piece.box], piece.box, node.outputs[0],
-                                               (out[o],))
-                results.append(out)
+            if node.outputs and node.outputs[0] in self.const:
+                self.const_calls[node.id] = calls       # run where a reader needs it (the rewriter's _constant)
+                continue
+            results = [self.call(node, call, call.worker) for call in calls]
             for o, t in enumerate(node.outputs):
                 if t not in consumed:
                     continue
@@ -354,9 +335,80 @@ class _PlanGlue:
                             self.heads.append(h[3])
         return Glue(tuple(self.calls), tuple(self.copies))
 
+    def call(self, node, call, device: int) -> list[int]:
+        """Worker ``call.worker``'s call of ``node`` run on ``device`` (itself, or a device that makes a
+        constant's piece it reads): its inputs gathered there, the kernel and its kept part; returns its outputs.
+        A constant's call run on another device than its worker's is named apart by the rewriter (not a kernel
+        call of the node; glue when its op is one)."""
+        from tofu.sim.flops import op_call_work
+
+        first = self.graph.tensors[node.outputs[0]]
+        item = first.nbytes // max(1, first.size)
+        args = []
+        for p in call.inputs:
+            t = node.inputs[p.input]
+            if p.zeroed:
+                args.append(self.emit(device, "_zeros", [], p.box, t))
+            elif t in self.const:
+                args.append(self.gather(t, self.constant(t, device), p.box, device, p.data))
+            elif self.graph.tensors[t].role is not Role.AUX:
+                args.append(self.gather(t, self.held[t], p.box, device, p.data))
+            else:       # an auxiliary state: a variable of the box the call reads, on its device
+                if (t, device) not in self.aux:
+                    self.aux[(t, device)] = self.value(device, 4 * math.prod(_extent(p.box)), t, Role.AUX)
+                args.append(self.aux[(t, device)])
+        ins = tuple(_extent(p.box) for p in call.inputs)
+        outs = tuple(_extent(o.box) for o in call.outputs)
+        own = call.worker == device
+        work = op_call_work(node.op, call.attrs, ins, outs, item) if own else \
+            _work(node.op, call.attrs.to_mxnet(), ins, outs, op_call_work)
+        if not own and node.op in GLUE_OPS:
+            self.calls.append(GlueCall(device, node.op, work, False))
+        args = [a for a, p in zip(args, call.inputs) if p.read]     # an expansion's unread inputs
+        out = list(self.op(device, node.op, work, args, [item * math.prod(s) for s in outs],
+                           node.outputs[0], node.id if own else None, call.expansion))
+        if not call.expansion:
+            for o, box in enumerate(call.keep or ()):
+                out[o] = self.emit(device, "slice", [call.outputs[o].box], box, node.outputs[o], (out[o],))
+            if call.scale != 1.0:
+                for o, piece in enumerate(call.outputs):
+                    out[o] = self.emit(device, "_mul_scalar", [piece.box], piece.box, node.outputs[0], (out[o],))
+        return out
+
+    def constant(self, t: int, device: int) -> list:
+        """The pieces of the constant tensor t as its producer's calls make them, each run on ``device`` when a
+        gather there first reads it (the rewriter's ``_constant``: the device's own call first)."""
+        if (t, device) not in self.const_pieces:
+            tensor = self.graph.tensors[t]
+            node = self.graph.nodes[tensor.producer]
+            o = tensor.output_index
+            calls = sorted(self.const_calls[node.id], key=lambda c: c.worker != device)
+            self.const_pieces[(t, device)] = [
+                (device, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial),
+                 _Lazy(lambda c=c: self.run_constant(node, c, device)[o])) for c in calls]
+        return self.const_pieces[(t, device)]
+
+    def run_constant(self, node, call, device: int) -> list[int]:
+        key = (node.id, call.worker, device)
+        if key not in self.const_runs:
+            self.const_runs[key] = self.call(node, call, device)
+        return self.const_runs[key]
+
     def dataflow(self) -> Dataflow:
         """The dataflow of the last :meth:`run`."""
         return Dataflow(tuple(self.values), tuple(self.ops), tuple(self.heads))
+
+
+class _Lazy:
+    """A held piece's value made when a gather first reads it (a constant's piece, made where it is read)."""
+
+    def __init__(self, build):
+        self._build, self._value = build, None
+
+    def get(self) -> int:
+        if self._value is None:
+            self._value = self._build()
+        return self._value
 
 
 def _extent(box) -> tuple[int, ...]:

@@ -1,0 +1,139 @@
+"""Constants made where they are read (issue 23, item 2) and the plan's worst-device memory (item 4).
+
+References written here, apart from tofu.search: which tensors are constant is found by walking each tensor's
+ancestors to the graph's variables; what crosses devices is read from the partitioned symbol's JSON (every
+edge between two device groups) or from the rewriter's replay on boxes (tofu.sim.glue); the memory a device
+keeps is the parameters' bytes it lacks, counted by hand for data parallelism.
+"""
+import json
+import math
+
+import mxnet as mx
+import pytest
+
+from tofu.api import load_graph, partitioned
+from tofu.graph import import_symbol
+from tofu.models import ModelOptions
+from tofu.search.algorithms import plan_graph
+from tofu.search.constants import constant_tensors
+from tofu.search.plan import DEVICE_RESERVE_BYTES, fits
+from tofu.sim.glue import dataflow_from_plan
+
+
+def _from_variables(graph) -> set[int]:
+    """Tensors with a variable (or a random op) among their ancestors, by a walk up from each tensor."""
+    def reaches(t, seen) -> bool:
+        tensor = graph.tensors[t]
+        if tensor.producer is None:
+            return True
+        node = graph.nodes[tensor.producer]
+        if node.op == "Dropout":
+            return True
+        return any(u not in seen and (seen.add(u) or reaches(u, seen)) for u in node.inputs)
+    return {t.id for t in graph.tensors if reaches(t.id, set())}
+
+
+@pytest.mark.parametrize("model", ["gpt-tiny", "rnn-tiny", "mlp", "wresnet-tiny"])
+def test_the_constants_are_what_no_variable_reaches(model):
+    graph = load_graph(model)
+    heads = set(graph.heads)
+    want = {t.id for t in graph.tensors} - _from_variables(graph) - heads
+    assert constant_tensors(graph) == want
+    names = {graph.tensors[t].name for t in want}
+    if model == "gpt-tiny":
+        assert "embed_mask_output" in names and "embed_positions_output" in names
+    if model == "rnn-tiny":
+        assert "lstm_l0_begin_h_output" in names
+
+
+def test_a_random_op_and_what_reads_a_variable_are_not_constant():
+    seq = 4
+    x = mx.sym.var("data")
+    ramp = mx.sym.arange(0, seq, name="ramp")
+    noisy = mx.sym.Dropout(ramp, p=0.5, name="noisy")
+    total = mx.sym.broadcast_add(mx.sym.reshape(noisy, shape=(1, seq), name="row"), x, name="total")
+    ones = mx.sym.ones(shape=(2, seq), name="one")
+    out = mx.sym.MakeLoss(mx.sym.sum(total * ones, name="s"), name="loss")
+    graph = import_symbol(out, {"data": (2, seq)}, "random")
+    names = {graph.tensors[t].name for t in constant_tensors(graph)}
+    assert names == {"ramp_output", "one_output"}
+
+
+def _cross_device_sources(pg) -> list[str]:
+    """The names of the nodes whose output a node on another device reads (what MXNet copies)."""
+    doc = json.loads(pg.symbol.tojson())
+    nodes = doc["nodes"]
+    group = [n.get("attrs", {}).get("__ctx_group__") for n in nodes]
+    out = []
+    for i, n in enumerate(nodes):
+        for j, *_ in n["inputs"]:
+            if group[j] is not None and group[i] is not None and group[j] != group[i]:
+                out.append(nodes[j]["name"])
+    return out
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_no_piece_of_the_causal_mask_crosses_devices(k):
+    graph = load_graph("gpt-tiny", ModelOptions(batch=8))
+    const = {graph.tensors[t].name for t in constant_tensors(graph)}
+    const |= {graph.nodes[graph.tensors[t].producer].name for t in constant_tensors(graph)}
+    pg = partitioned(graph, plan_graph(graph, k, "tofu"))
+    sources = _cross_device_sources(pg)
+    assert sources, "a partitioned GPT block copies activations"
+    assert not [s for s in sources if s.split("@")[0] in const]
+    # every device that reads the mask computes it (its arange, at least)
+    groups = {n.get("attrs", {}).get("__ctx_group__") for n in json.loads(pg.symbol.tojson())["nodes"]
+              if n["op"] == "_arange"}
+    assert len(groups) == k
+
+
+@pytest.mark.parametrize("model", ["gpt-124m", "gpt-350m"])
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_paper_size_gpt_plans_move_no_mask_bytes(model, k):
+    """The rewriter replayed on boxes (no MXNet): no piece of a constant is cut for another device, and the
+    plan's bytes are unchanged if the constants are taken out of the graph's reads."""
+    graph = load_graph(model)
+    plan = plan_graph(graph, k, "tofu")
+    const = constant_tensors(graph)
+    assert {graph.tensors[t].name for t in const} >= {"embed_mask_output"}
+    flow = dataflow_from_plan(graph, plan)
+    moved = [op for op in flow.ops if op.to is not None and op.to != op.device]
+    assert moved
+    assert not [op for op in moved if flow.values[op.outputs[0]].tensor in const]
+
+
+def _shared_weight_graph():
+    """Two FullyConnected ops reading one 32 x 32 weight, on a batch of 16."""
+    x, w = mx.sym.var("data"), mx.sym.var("w")
+    h = mx.sym.FullyConnected(x, weight=w, num_hidden=32, no_bias=True, name="fc1")
+    h = mx.sym.FullyConnected(mx.sym.relu(h, name="r"), weight=w, num_hidden=32, no_bias=True, name="fc2")
+    return import_symbol(mx.sym.MakeLoss(mx.sym.sum(h, name="s"), name="loss"), {"data": (16, 32)}, "shared")
+
+
+def test_a_weight_read_by_two_ops_is_kept_once():
+    """Data parallelism on 4 workers: every device reads the weight whole and holds a quarter of it, so it
+    receives and keeps 3/4 of its 4,096 bytes once, though two ops read it (the old figure counted 6,144)."""
+    graph = _shared_weight_graph()
+    plan = plan_graph(graph, 4, "data-parallel")
+    assert dict(plan.per_device_bytes)["fetched"] == 32 * 32 * 4 * 3 // 4
+
+
+def test_the_worst_device_is_reported_not_the_average():
+    """Tofu's plan of the same graph: the devices keep different amounts; the figure is the largest of the
+    oracle's per-device counts (each remote cell a device receives for an op that keeps it, once)."""
+    from tests.oracle import count
+
+    graph = _shared_weight_graph()
+    plan = plan_graph(graph, 4, "tofu")
+    per_device = count(graph, plan).kept_per_device
+    assert dict(plan.per_device_bytes)["fetched"] == int(max(per_device))
+    assert max(per_device) > sum(per_device) / 4
+
+
+def test_a_fit_leaves_the_reserve():
+    memory = {"total": 12 * 2**30 - DEVICE_RESERVE_BYTES}
+    assert fits(memory, 12 * 2**30)
+    assert not fits({"total": memory["total"] + 1}, 12 * 2**30)
+    assert fits({"total": 12 * 2**30}, 12 * 2**30, reserve=0)
+    assert DEVICE_RESERVE_BYTES == 2**29
+    assert math.isclose(DEVICE_RESERVE_BYTES / 2**30, 0.5)
