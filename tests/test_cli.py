@@ -226,6 +226,16 @@ def test_inspect_bad_device_memory_exits_2(capsys):
     assert_one_line_error(*run(capsys, "inspect", "mlp", "--device-memory", "12XB"), "12XB")
 
 
+def test_inspect_fits_only_with_the_reserve_left_free(capsys):
+    """A device of total + reserve bytes fits, one byte less does not (the reserve: the CUDA context's)."""
+    rc, out, _ = run(capsys, "inspect", "mlp", "--json", "--reserve", "1000")
+    total = json.loads(out)["memory_bytes"]["total"]
+    for device, fits in ((total + 1000, True), (total + 999, False)):
+        rc, out, _ = run(capsys, "inspect", "mlp", "--json", "--reserve", "1000", "--device-memory", str(device))
+        assert rc == 0 and json.loads(out)["fits"] is fits and json.loads(out)["reserve_bytes"] == 1000
+    assert_one_line_error(*run(capsys, "inspect", "mlp", "--reserve", "13GiB"), "--reserve")
+
+
 @pytest.mark.parametrize("text,expected", [("12GB", 12 * 10**9), ("16GiB", 16 * 2**30), ("500MB", 500 * 10**6),
                                            ("1024", 1024), ("1.5 KiB", 1536)])
 def test_parse_bytes(text, expected):

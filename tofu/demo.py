@@ -23,12 +23,16 @@ def _gb(n: float) -> str:
 def plan_models(models: list[str], workers: int, memory: int = GPU_MEMORY) -> None:
     """Plans each model at the batch the paper trains it at with Tofu on 8 GPUs (the largest in
     ``TOFU_BATCHES``; the family's default where the paper names none): memory on one device beside each plan's
-    per device, against a ``memory``-byte GPU (the paper's K80 die, 12 GiB)."""
+    per device, against a ``memory``-byte GPU (the paper's K80 die, 12 GiB) less the reserve for the CUDA context
+    and library workspace (:data:`tofu.search.plan.DEVICE_RESERVE_BYTES`)."""
     from tofu.api import load_graph
     from tofu.graph.memory import estimate_training_memory
     from tofu.models import ModelOptions
     from tofu.models.paper import TOFU_BATCHES
     from tofu.search.algorithms import plan_graph
+    from tofu.search.plan import DEVICE_RESERVE_BYTES
+
+    usable = memory - DEVICE_RESERVE_BYTES
 
     for name in models:
         batch = max(TOFU_BATCHES[name]) if name in TOFU_BATCHES else None
@@ -36,13 +40,13 @@ def plan_models(models: list[str], workers: int, memory: int = GPU_MEMORY) -> No
         one = estimate_training_memory(graph).total
         shown = f"batch {batch} (the paper's for Tofu on 8 GPUs)" if batch else "the family's default batch"
         print(f"\n== {name} at {shown}: {len(graph.nodes)} ops, {graph.param_bytes / 2**30:.2f} GiB of weights; "
-              f"one device needs {_gb(one)} -> {'fits' if one <= memory else 'does NOT fit'} a "
-              f"{memory / 2**30:.0f} GiB GPU")
+              f"one device needs {_gb(one)} -> {'fits' if one <= usable else 'does NOT fit'} a "
+              f"{memory / 2**30:.0f} GiB GPU ({DEVICE_RESERVE_BYTES / 2**30:.1f} GiB kept for the CUDA context)")
         for algo in ("tofu", "data-parallel"):
             plan = plan_graph(graph, workers, algo)
             per = dict(plan.per_device_bytes)["total"]
             print(f"   {algo:<14} {workers} workers: {plan.comm_bytes / 1e9:8.2f} GB moved per iteration, "
-                  f"{_gb(per)} per device ({'fits' if per <= memory else 'does not fit'}), "
+                  f"{_gb(per)} per device ({'fits' if per <= usable else 'does not fit'}), "
                   f"searched in {plan.search_seconds:.2f} s")
             if algo == "tofu":
                 layers = {}
