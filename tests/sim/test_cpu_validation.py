@@ -1,6 +1,7 @@
 """experiments/run_cpu_validation.py: the engine against measured training steps on this CPU (a small subset,
 measured for real), the summary's ranking agreement, the ``--quick`` smoke run; and the calibration's fits."""
 import csv
+import dataclasses
 import json
 import math
 
@@ -125,6 +126,21 @@ def test_fit_is_the_constrained_least_squares_optimum(points, max_rate):
     best = min(loss(la, inv) for la in np.linspace(0, t_max, 401)
                for inv in np.linspace(1 / max_rate if max_rate < math.inf else 0, 2 * t_max / x_min, 401)[1:])
     assert loss(launch, 1 / rate) <= best + 1e-9
+
+
+def test_the_per_task_calibration_graph_is_not_a_validation_model():
+    names = {calibrate.glue_net(d).name for d in calibrate.TASK_DEPTHS}
+    assert not names & set(run_cpu_validation.MODELS)
+    assert all(name.startswith("calibration-glue-") for name in names)
+    assert 1 not in calibrate.TASK_WORKERS            # a multi-context graph: one context bulks its ops
+
+
+def test_per_task_fit_recovers_the_slope():
+    points = [calibrate.TaskPoint(d, 2, "tofu", n, 1e-4 + n * 5e-6 + s, s)
+              for d, n, s in ((4, 100, 1e-3), (16, 400, 3e-3), (32, 900, 5e-3))]
+    assert calibrate.fit_task_seconds(points) == pytest.approx(5e-6)
+    flat = [dataclasses.replace(p, measured_seconds=p.simulated_seconds) for p in points]
+    assert calibrate.fit_task_seconds(flat) == pytest.approx(0.0, abs=1e-12)
 
 
 _FAKE = calibrate.Calibration(

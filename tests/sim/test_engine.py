@@ -3,6 +3,7 @@ chain, a fork-join over two devices, copies sharing a link at half rate each, th
 under max-min fairness, the per-transfer latency, copy engines, shared cores), max-min fairness against its
 bottleneck characterisation on random instances, and on real programs conservation (bytes per link), the
 critical-path and busiest-device lower bounds, no two tasks at once on one stream, and the memory held."""
+import dataclasses
 import itertools
 import math
 import random
@@ -180,6 +181,19 @@ def test_without_copy_engines_a_copy_holds_the_compute_stream():
     without = run(b, machine(engines=0))
     assert [s.end for s in without.spans] == pytest.approx([1.0, 1.1])          # after it, on the same stream
     assert without.spans[1].stream is Stream.COMPUTE
+
+
+def test_the_per_task_cost_is_charged_to_every_kernel_and_copy_not_to_updates():
+    # compute 1 s on device 0, its result copied (1 GB at 10 GB/s) to device 1, compute 2 s there, an update 0.5 s
+    b = Builder(2)
+    b.compute(1, 2.0, reads=[b.copy(b.compute(0, 1.0, size=1 * GB), 1)])
+    b.tasks.append(dataclasses.replace(b.tasks[-1], id=3, kind=TaskKind.UPDATE, flops=0.5, deps=(2,), reads=(),
+                                       writes=(), label="update"))
+    profile = dataclasses.replace(machine(latency=0.01, engines=0), task_seconds=0.25)
+    out = run(b, profile)
+    ends = [1.0 + 0.25, 1.25 + 0.01 + 0.25 + 0.1, 1.61 + 2.0 + 0.25, 3.86 + 0.5]       # by hand
+    assert [s.end for s in out.spans] == pytest.approx(ends)
+    assert out.seconds - run(b, machine(latency=0.01, engines=0)).seconds == pytest.approx(3 * 0.25)
 
 
 def test_shared_cores_let_one_device_compute_at_a_time():

@@ -24,6 +24,21 @@ the two identities' fitted cost: the fit gives
 ``copy_launch_seconds`` and the bandwidth of the one shared interconnect level. ``step_seconds``: an executor
 call of one tiny op; ``update_launch_seconds``: one imperative ``sgd_mom_update`` on a tiny array.
 
+**The per-task cost** ``task_seconds`` (what one op costs inside a large bound multi-context graph beyond its
+kernel curve, which a one-operator executor does not show): the **calibration graph** :func:`glue_net` (a
+residual stack of ``depth`` tiny FullyConnected + tanh layers, none of the validation models), at the depths
+``TASK_DEPTHS``, partitioned on ``TASK_WORKERS`` CPU contexts by the plans ``TASK_PLANS`` and trained as ``tofu
+run`` trains (:class:`tofu.runtime.train.Trainer`'s step, the cases round-robin for about ``TASK_SECONDS`` each,
+median). Each case's measured step t less the engine's iteration s on the profile without the per-task cost,
+fitted by least squares over the cases,
+
+    t - s = c + n p        (p >= 0)
+
+n the program's compute tasks and copies (updates left out: ``update_launch_seconds`` is measured on the
+imperative call the runtime makes), gives p = ``task_seconds``. On one context MXNet bulks an executor's ops into
+segments (a chain of tiny relu ops: 0.35 us per op); a multi-context graph's ops are pushed one by one, each
+waking its context's worker (several us each on 2 cores), which is what this graph measures.
+
 **Kernel curves** (what the engine times kernels with, :mod:`tofu.sim.kernels`): per class, the **sweep**
 ``SWEEP_CASES`` binds one operator family at 13 sizes from tiny to large work (4 to 6 decades of FLOPs or bytes),
 each timed as above over about ``SWEEP_SECONDS`` of calls, in ``SWEEP_ROUNDS`` rounds over all classes, each
@@ -50,7 +65,7 @@ import platform
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from tofu.graph.attrs import Attrs
@@ -61,12 +76,12 @@ from tofu.sim.kernels import curve_seconds, fit_curve, fit_rate
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path("results/sim/cpu_profile.json")
-VERSION = 4
+VERSION = 5
 RATE_BOUND = 4.0        # a class's fitted rate is at most this x the machine's peak (cache-resident ops may beat it)
 _COMMAND = "python -m tofu.sim.calibrate --recalibrate"
 
 __all__ = ["CALIBRATION_CASES", "SWEEP_CASES", "Calibration", "ClassFit", "CurveFit", "OpCase", "calibration",
-           "cpu_profile", "fit_rate", "measure", "measure_op"]
+           "TaskPoint", "cpu_profile", "fit_rate", "fit_task_seconds", "glue_net", "measure", "measure_op"]
 
 Shape = tuple[int, ...]
 
@@ -189,6 +204,19 @@ SWEEP_CASES: dict[OpClass, tuple[OpCase, ...]] = {
 
 
 @dataclass(frozen=True)
+class TaskPoint:
+    """One case of the per-task fit: the calibration graph's depth, the workers and plan, the program's compute
+    tasks and copies (``tasks``), the measured median step and the engine's iteration without the per-task cost."""
+
+    depth: int
+    workers: int
+    plan: str
+    tasks: int
+    measured_seconds: float
+    simulated_seconds: float
+
+
+@dataclass(frozen=True)
 class ClassFit:
     """One class's fit: rate R (FLOP/s or bytes/s, ``bound``: ``compute`` or ``memory``), launch L, the cases."""
 
@@ -235,6 +263,8 @@ class Calibration:
     cores: int
     repeats: int
     curves: dict[str, CurveFit] = field(default_factory=dict)
+    task_seconds: float = 0.0
+    task_points: tuple[TaskPoint, ...] = ()
     version: int = VERSION
 
     def rates(self) -> tuple[tuple[OpClass, ClassRate], ...]:
@@ -269,7 +299,7 @@ class Calibration:
             host_bandwidth=self.copy_bandwidth, launch_seconds=elementwise, classes=self.rates(), concurrency=1,
             source=f"measured on {self.host} ({self.cores} cores) by tofu.sim.calibrate v{self.version}",
             step_seconds=self.call_seconds, update_launch_seconds=self.update_seconds,
-            copy_launch_seconds=self.copy_launch_seconds, kernels=self.kernels())
+            copy_launch_seconds=self.copy_launch_seconds, kernels=self.kernels(), task_seconds=self.task_seconds)
 
     @classmethod
     def from_json(cls, doc: dict) -> Calibration:
@@ -277,6 +307,7 @@ class Calibration:
         doc["classes"] = {k: ClassFit(**v) for k, v in doc["classes"].items()}
         doc["curves"] = {k: CurveFit(**{**v, "heldout": tuple(tuple(h) for h in v.get("heldout", ()))})
                          for k, v in doc.get("curves", {}).items()}
+        doc["task_points"] = tuple(TaskPoint(**p) for p in doc.get("task_points", ()))
         return cls(**doc)
 
 
@@ -419,6 +450,72 @@ def _call_seconds(repeats: int) -> float:
     return statistics.median(measure_op(tiny, repeats * 4)[0] for _ in range(3))
 
 
+TASK_DEPTHS = (4, 16, 32)
+TASK_WORKERS = (2, 4)
+TASK_PLANS = ("tofu", "data-parallel")
+TASK_SECONDS = 1.0
+"""The per-task fit's cases (see the module docstring) and about how long each is timed."""
+
+
+def glue_net(depth: int, batch: int = 8, width: int = 16):
+    """The calibration graph of the per-task cost: ``depth`` residual layers h + tanh(FullyConnected(h)) of
+    ``width`` units between an input and an output FullyConnected, a softmax loss over 4 classes; a Graph named
+    ``calibration-glue-<depth>`` (not one of the validation models)."""
+    import mxnet as mx
+
+    from tofu.graph.mxnet_import import import_symbol
+
+    h = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=width, name="fc_in")
+    for i in range(depth):
+        y = mx.sym.Activation(mx.sym.FullyConnected(h, num_hidden=width, name=f"fc{i}"), act_type="tanh",
+                              name=f"act{i}")
+        h = mx.sym.elemwise_add(h, y, name=f"res{i}")
+    loss = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(h, num_hidden=4, name="fc_out"), mx.sym.var("softmax_label"),
+                                name="softmax")
+    return import_symbol(loss, {"data": (batch, width), "softmax_label": (batch,)}, name=f"calibration-glue-{depth}")
+
+
+def fit_task_seconds(points: Sequence[TaskPoint]) -> float:
+    """p of ``t - s = c + n p`` by least squares over ``points`` (clamped at 0)."""
+    import numpy as np
+
+    a = np.array([[1.0, p.tasks] for p in points])
+    y = np.array([p.measured_seconds - p.simulated_seconds for p in points])
+    (_, slope), *_ = np.linalg.lstsq(a, y, rcond=None)
+    return max(0.0, float(slope))
+
+
+def _task_points(profile: Profile) -> tuple[TaskPoint, ...]:
+    """The per-task fit's cases measured (see the module docstring); ``profile`` without the per-task cost."""
+    from tofu.api import partitioned
+    from tofu.runtime.data import initial_values, synthetic_batch
+    from tofu.runtime.train import Trainer
+    from tofu.search.algorithms import plan_graph
+    from tofu.sim.engine import simulate_iteration
+    from tofu.sim.program import TaskKind
+
+    cases = []
+    for depth in TASK_DEPTHS:
+        graph = glue_net(depth)
+        values = {**initial_values(graph), **synthetic_batch(graph)}
+        for workers in TASK_WORKERS:
+            for plan_name in TASK_PLANS:
+                plan = plan_graph(graph, workers, plan_name)
+                trainer = Trainer(partitioned(graph, plan), values, "cpu", lr=1e-3)
+                for _ in range(3):                          # warm-up
+                    trainer.step()
+                run = simulate_iteration(graph, plan, profile, from_symbol=True)
+                tasks = sum(t.kind is not TaskKind.UPDATE for t in run.program.tasks)
+                cases.append(((depth, workers, plan_name, tasks, run.seconds), trainer))
+    start, rounds = time.perf_counter(), 0
+    while rounds < 10 or time.perf_counter() - start < TASK_SECONDS * len(cases):   # round-robin: alike load
+        for _, trainer in cases:
+            trainer.step()
+        rounds += 1
+    return tuple(TaskPoint(d, w, name, n, statistics.median(trainer.step_seconds[3:]), s)
+                 for (d, w, name, n, s), trainer in cases)
+
+
 def measure(repeats: int = 15) -> Calibration:
     """Runs the microbenchmarks (about a minute on 2 cores at 15 repeats)."""
     import mxnet as mx
@@ -472,8 +569,10 @@ def measure(repeats: int = 15) -> Calibration:
     update = _median_seconds(updates, max(5, repeats // 3)) / calls
 
     memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
-    return Calibration(gemm_flops, copy_bandwidth, cross_bw, copy_launch, call, update, fits,
-                       memory, platform.node(), os.cpu_count() or 1, repeats, curves)
+    cal = Calibration(gemm_flops, copy_bandwidth, cross_bw, copy_launch, call, update, fits,
+                      memory, platform.node(), os.cpu_count() or 1, repeats, curves)
+    points = _task_points(cal.profile())
+    return replace(cal, task_seconds=fit_task_seconds(points), task_points=points)
 
 
 def calibration(path: Path | None = DEFAULT_CACHE, recalibrate: bool = False, repeats: int = 15) -> Calibration:
@@ -513,7 +612,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cal = calibration(args.cache, args.recalibrate)
     print(f"cpu profile of {cal.host} ({cal.cores} cores), {time.perf_counter() - start:.1f} s; GEMM "
           f"{cal.gemm_flops / 1e9:.1f} GFLOP/s, copy {cal.copy_bandwidth / 1e9:.1f} GB/s, executor call "
-          f"{cal.call_seconds * 1e6:.0f} us")
+          f"{cal.call_seconds * 1e6:.0f} us, per task {cal.task_seconds * 1e6:.2f} us "
+          f"({len(cal.task_points)} cases of the calibration graph)")
     print("class           R                h         a     L (us)  fit: cases |err|  held out: cases median worst")
     errors = []
     for name, f in cal.curves.items():

@@ -18,15 +18,17 @@ The rules (MXNet 1.9.1's ``ThreadedEnginePerDevice``; numbers named where they a
   stream, so copies overlap compute; with no copy engines it runs on the source's compute stream (a CPU
   context's copies run in its compute workers). A copy first waits a fixed per-transfer latency,
   ``profile.copy_launch`` (the profile's copy launch cost: for ``k80x8`` the assumed 10 us of a launch, to be
-  measured in part 2 of issue 21), then moves its bytes.
+  measured in part 2 of issue 21) plus ``profile.task_seconds``, then moves its bytes.
 * A transfer crosses the links :meth:`Profile.route` gives (the uplinks of every interconnect domain it leaves
   and enters, one per direction; a shared level's one link). The links are shared max-min fairly among the
   transfers crossing them at each moment (progressive filling: raise every rate together; a link that fills
   freezes the rates of its transfers; repeat), the rates recomputed whenever a transfer starts or finishes.
 * A compute task takes :func:`kernel_seconds`: its op class's size-dependent curve (:mod:`tofu.sim.kernels`;
-  a profile without curves: the roofline of its class rates, :func:`tofu.sim.kernels.from_rates`). The
-  iteration's time is the last task's end plus ``profile.step_seconds`` (the executor's fixed cost per
-  iteration).
+  a profile without curves: the roofline of its class rates, :func:`tofu.sim.kernels.from_rates`) plus
+  ``profile.task_seconds``, the fixed cost of one op inside a large bound graph (the ``cpu`` profile's is
+  measured on a calibration graph by :mod:`tofu.sim.calibrate`; the GPU profiles': 0); an update takes its
+  kernel time alone (:func:`task_seconds`). The iteration's time is the last task's end plus
+  ``profile.step_seconds`` (the executor's fixed cost per iteration).
 
 Memory: a tensor is held on its device from the start of the task that writes it to the end of its last
 reader (a tensor nothing reads: to its writer's end); parameters, their gradient arrays, optimizer state and
@@ -125,6 +127,18 @@ def kernel_seconds(task: Task, profile: Profile) -> float:
     return kernels.seconds(task.op_class, task.flops, task.nbytes, kernels.kernel_model(profile), launch)
 
 
+def task_seconds(task: Task, profile: Profile, kernel_time: KernelTime = kernel_seconds) -> float:
+    """What one task holds its stream for, beside a copy's bytes: a compute task its kernel time plus
+    ``profile.task_seconds``; a copy its latency ``profile.copy_launch`` plus ``profile.task_seconds``; an update
+    its kernel time alone (its launch, ``update_launch_seconds``, is measured on the imperative call the runtime
+    makes, which holds an op's fixed cost already)."""
+    if task.kind is TaskKind.COPY:
+        return profile.copy_launch + profile.task_seconds
+    if task.kind is TaskKind.UPDATE:
+        return kernel_time(task, profile)
+    return kernel_time(task, profile) + profile.task_seconds
+
+
 def max_min_rates(routes: Mapping[int, Sequence[Link]], capacity: Mapping[Link, float]) -> dict[int, float]:
     """The max-min fair rates of transfers over shared links, by progressive filling.
 
@@ -193,7 +207,7 @@ class _Simulation:
         for t in program.tasks:
             for d in t.deps:
                 self.successors[d].append(t.id)
-        self.duration = [kernel_time(t, profile) if t.kind is not TaskKind.COPY else 0.0 for t in program.tasks]
+        self.duration = [task_seconds(t, profile, kernel_time) for t in program.tasks]
         pairs: dict[tuple[int, int], tuple[Link, ...]] = {}
         self.routes: dict[int, tuple[Link, ...]] = {}
         for t in program.tasks:
@@ -249,11 +263,9 @@ class _Simulation:
                 self.begin(tid, d, Stream.COPY, self.free_lanes[d].pop(0))
 
     def begin(self, tid: int, device: int, stream: Stream, lane: int) -> None:
-        t = self.program.tasks[tid]
         self.start[tid] = self.now
         self.where[tid] = (device, stream, lane)
-        latency = self.profile.copy_launch if t.kind is TaskKind.COPY else self.duration[tid]
-        heapq.heappush(self.running, (self.now + latency, tid))
+        heapq.heappush(self.running, (self.now + self.duration[tid], tid))    # a copy: its latency, then its bytes
 
     def release(self, tid: int) -> None:
         device, stream, lane = self.where[tid]

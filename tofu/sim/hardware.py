@@ -457,5 +457,7 @@ PARAMETER_SOURCES: dict[str, dict[str, str]] = {
         "copy_engines": "MXNet runs a CPU context's copies in its compute workers: 0",
         **{k: _CPU_MEASURED for k in ("peak_flops", "mem_bandwidth", "levels", "host_bandwidth", "launch_seconds",
                                       "classes", "step_seconds", "update_launch_seconds", "copy_launch_seconds")},
+        "task_seconds": "measured here on a calibration graph (tofu.sim.calibrate.glue_net, not a validation model), "
+                        "trained on 2 and 4 contexts: `python -m tofu.sim.calibrate --recalibrate`",
     },
 }
