@@ -13,7 +13,9 @@ each worker needs and does not have:
   once per partial-sum class covering them (the reduction of partial outputs); a graph output that no op
   reads is handed out as computed, unless it is left in partial sums;
 * the backward pass is the adjoint: the same elements again for every tensor that has a gradient (not a loss
-  op's output: its backward ignores that gradient);
+  op's output: its backward ignores that gradient); in ``shared``, only for the elements computed by a call
+  that reads something with a gradient (MXNet prunes the backward of a piece computed from data alone, such
+  as the data half of Concat(data, f1)), followed region by region from the variables;
 * a statistics exchange over the n workers that differ only at its steps: 2 (n - 1) |S| per group when
   |S| >= n, n (n - 1) |S| otherwise (every device reads every partial), and as much for its gradient when
   the tensor it is computed from has one; S as the analysis sizes the statistic on the worker's piece;
@@ -164,6 +166,12 @@ def count(graph: Graph, plan) -> Count:
     const = constants(graph)
     kept_device = [0.0] * k
     kept_cells: set = set()
+    # per tensor, the boxes computed and whether each depends on a variable with a gradient
+    computed: dict[int, list[tuple[Box, bool]]] = {
+        t.id: [(tuple((0, d) for d in t.shape), t.id in grads)] for t in graph.tensors if t.producer is None}
+
+    def carries(t, region: Box) -> bool:
+        return t in grads and any(c for b, c in computed.get(t, ()) if _size(_meet(b, region)))
 
     def holders(t) -> dict[int, Box]:
         tensor = graph.tensors[t]
@@ -183,8 +191,9 @@ def count(graph: Graph, plan) -> Count:
     largest = 0
     sent: set = set()
 
-    def charge(t, elements, key=None, label=None, group=None, node=None, keeps=False, cells=None):
-        """``cells``: the remote cells of an input piece, each sent once per device (``shared``)."""
+    def charge(t, elements, key=None, label=None, group=None, node=None, keeps=False, cells=None, back=None):
+        """``cells``: the remote cells of an input piece, each sent once per device (``shared``); ``back``:
+        whether ``shared`` counts the backward pass (default: the tensor has a gradient)."""
         nonlocal shared_total, kept_total
         b = elements * item[t] * (1 + (t in grads))
         label = label or graph.tensors[t].name
@@ -203,9 +212,9 @@ def count(graph: Graph, plan) -> Count:
                     kept_device[cell[1]] += _size(cell[2]) * item[t]
                 if cell not in sent:
                     sent.add(cell)
-                    shared_total += _size(cell[2]) * item[t] * (1 + (t in grads))
+                    shared_total += _size(cell[2]) * item[t] * (1 + carries(t, cell[2]))
         elif key is None or key not in sent:
-            shared_total += b
+            shared_total += b if back is None else elements * item[t] * (1 + back)
             if key is not None:
                 sent.add(key)
 
@@ -221,6 +230,10 @@ def count(graph: Graph, plan) -> Count:
             running = list(first.values())
         for call in running:
             w = call.worker
+            reads_gradient = any(carries(node.inputs[p.input], p.data) for p in call.inputs
+                                 if not p.zeroed and p.read and _size(p.data))
+            for o, t in enumerate(node.outputs):
+                computed.setdefault(t, []).append((call.outputs[o].box, reads_gradient))
             for piece in call.inputs:
                 t = node.inputs[piece.input]
                 if piece.zeroed or not piece.read or graph.tensors[t].role is Role.AUX or t in const:
@@ -260,7 +273,8 @@ def count(graph: Graph, plan) -> Count:
                     #                                                          overlaps the others' pieces
                     own = max((_size(_meet(want, b)) for u, b, c in produced if u == w and c == key), default=0)
                     moved += need - own
-                charge(t, moved, node=node.name)
+                charge(t, moved, node=node.name,
+                       back=carries(t, tuple((0, d) for d in graph.tensors[t].shape)))
     return Count(sum(per_tensor.values()), shared_total,
                  tuple(per_tensor.items()), tuple(per_edge.items()), kept_total, largest, tuple(kept_device))
 

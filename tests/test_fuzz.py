@@ -71,7 +71,7 @@ FOUND_BUGS = {
     "bn-gamma-name": "a BatchNorm with fix_gamma whose gamma is not named *gamma starts at 0 (initial_values goes by "
                      "name); MXNet sets it to 1 on one device only, so --check fails on its parameter update",
 }
-OPEN_BUGS: set[str] = {"concat-bytes"}
+OPEN_BUGS: set[str] = set()
 
 
 def found(bug: str):

@@ -15,7 +15,9 @@ every worker's call as :func:`tofu.analysis.compose.compose` gives it, and keeps
 * MXNet runs only what a graph output needs: of a loss computed whole the first copy alone (the others would
   inject its gradient again), and no conversion to a holder whose box no running op reads;
 * a constant (:mod:`tofu.search.constants`) is computed by every device that reads it: nothing of it is sent;
-* a cell crosses back in the backward pass when its tensor has a gradient; a statistics exchange moves
+* a cell crosses back in the backward pass when its tensor has a gradient and the piece it is cut from
+  depends on a variable with one (a piece of Concat(data, f1) made of data alone has none: MXNet prunes its
+  backward, though the tensor has a gradient); a statistics exchange moves
   2 (n - 1) |S|, and its gradient as much when the tensor the statistic is computed from has a gradient.
 
 The search's cost model (cost.py) charges every op for its own pieces, which keeps a cut's cost separable
@@ -68,6 +70,7 @@ class _Replay:
         self.coords = [coordinates(w, factors) for w in range(self.k)]
         self.inputs: list[tuple[int, ...]] = []    # per symbol: the symbols it reads
         self.nbytes: list[float] = []              # per symbol: bytes its copy moves, forward and backward
+        self.needs: list[bool] = []                # per symbol: it depends on a variable with a gradient
         self.sent: dict[tuple, int] = {}
         self.grads = graph.with_gradient
         self.const = constant_tensors(graph)
@@ -75,9 +78,12 @@ class _Replay:
         self.kept: set[int] = set()                         # copied symbols an op keeps for the backward pass
         self.live_symbols: set[int] = set()
 
-    def symbol(self, inputs=(), nbytes: float = 0.0) -> int:
+    def symbol(self, inputs=(), nbytes: float = 0.0, needs: bool = False) -> int:
+        """A new symbol reading ``inputs``; it needs a gradient when it is a variable with one (``needs``) or
+        reads a symbol that needs one (MXNet differentiates only towards the variables with a gradient)."""
         self.inputs.append(tuple(inputs))
         self.nbytes.append(nbytes)
+        self.needs.append(needs or any(self.needs[i] for i in inputs))
         return len(self.nbytes) - 1
 
     def box(self, t: int, w: int) -> Box:
@@ -102,7 +108,7 @@ class _Replay:
                     if t.role is Role.PARAM and b in seen:
                         continue            # a replica: read from the first holder
                     seen.add(b)
-                    pieces.append((w, b, (), self.symbol()))
+                    pieces.append((w, b, (), self.symbol(needs=t.id in self.grads)))
                 held[t.id] = pieces
         exchanges: list[tuple[list[int], float]] = []
         for node in graph.nodes:
@@ -215,7 +221,7 @@ class _Replay:
             if device != dst:
                 tensor = self.graph.tensors[t]
                 forward = math.prod(b - a for a, b in box) * np.dtype(tensor.dtype).itemsize
-                nbytes = forward * (1 + (t in self.grads))
+                nbytes = forward * (1 + (t in self.grads and self.needs[sym]))
             self.sent[sent] = self.symbol((sym,), nbytes)
             if forward:
                 self.received[self.sent[sent]] = (dst, forward)
