@@ -1,30 +1,16 @@
-"""The glue of a partitioned graph, counted per device: the ops the rewriter adds around the kernels.
+"""The partitioned forward graph from the plan alone: the rewriter's construction replayed on boxes, no MXNet.
 
-Input: a :class:`~tofu.rewrite.apply_plan.PartitionedGraph` (its MXNet symbol and shard variables) and the
-graph it was built from. Output: a :class:`Glue`, every glue call with its device, class, bytes and whether it
-has a backward, and every copy between devices that MXNet inserts when it binds the symbol.
-
-What is counted (exact, read from the symbol the executor binds):
-
-* glue ops: every node of an op in ``GLUE_OPS`` (``slice``, ``Concat``, ``add_n``, ``identity``, fills,
-  scalings, the element-wise max/min/mul of a non-sum reduction) that the rewriter named (``...@dev...``) and
-  that is not one of the graph's own op calls (``{node}@dev{w}``; an expansion's own arithmetic, unnamed, is the
-  op's work, not glue); their bytes are inputs read plus outputs written, their class the one
-  :func:`tofu.sim.flops.op_work` derives (``identity`` and fills, which have no description: data movement);
-* copies: every producer output read by a node on another device, once per (output, destination device):
-  the ``_CrossDeviceCopy`` MXNet inserts;
-* backward: a glue op or a copy has a backward (its adjoint: a slice's scatter, a concat's split, a copy back)
-  when some parameter with a gradient reaches it.
-
-Building the symbol takes MXNet and a second or so for the small models. :func:`glue_from_plan` counts the same
-from the plan alone (the rewriter's gathers replayed on the boxes :func:`tofu.analysis.compose.compose` gives,
-no MXNet), for the paper-size models; it equals the symbol's count except for the statistics exchange of an
-op run by its expansion (BatchNorm split along the batch), which it leaves out. The same replay, with what each
-op reads, is the partitioned forward graph :func:`dataflow_from_plan` gives :mod:`tofu.sim.program`.
+Input: a :class:`~tofu.graph.ir.Graph` and a :class:`~tofu.search.plan.Plan`. Output: a :class:`Dataflow`,
+every value and op of the partitioned forward graph as :mod:`tofu.rewrite` builds it (each worker's kernel call,
+as :func:`tofu.analysis.compose.compose` gives it, and the glue around it: ``slice``, ``Concat``, ``add_n``,
+``_copy`` of a piece cut for another device, fills, scalings; a constant's pieces made where they are read),
+each op on its device reading the values it reads. :mod:`tofu.sim.program` turns it (or the same read from the
+partitioned MXNet symbol, for the small models) into the iteration's tasks; the paper-size models, which
+MXNet cannot bind here, take this path. An op run by its expansion (BatchNorm split along the batch) is one
+call of the op on its pieces: its statistics exchange is left out (docs/sim.md, "Not done yet").
 """
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -35,39 +21,7 @@ from tofu.graph.ir import Graph, Role
 from tofu.search.constants import constant_tensors
 from tofu.sim.flops import OpClass, OpWork
 
-GLUE_OPS = frozenset({"slice", "Concat", "concat", "add_n", "ElementWiseSum", "identity", "_copy", "_zeros",
-                      "zeros", "_full", "full", "_mul_scalar", "broadcast_maximum", "broadcast_minimum",
-                      "broadcast_mul"})
 _UNDESCRIBED = frozenset({"identity", "_copy", "_zeros", "zeros", "_full", "full"})   # no TDL: data movement
-
-
-@dataclass(frozen=True)
-class GlueCall:
-    """One glue op on ``device``: its forward work, and whether it has a backward."""
-
-    device: int
-    op: str
-    work: OpWork
-    backward: bool
-
-
-@dataclass(frozen=True)
-class Copy:
-    """One copy of ``nbytes`` from device ``src`` to ``dst`` (forward; ``backward``: its gradient goes back)."""
-
-    src: int
-    dst: int
-    nbytes: int
-    backward: bool
-
-
-@dataclass(frozen=True)
-class Glue:
-    calls: tuple[GlueCall, ...]
-    copies: tuple[Copy, ...]
-
-    def count(self, device: int) -> int:
-        return sum(1 for c in self.calls if c.device == device)
 
 
 def _device(attrs: Mapping[str, str]) -> int | None:
@@ -79,45 +33,6 @@ def _shapes(symbol, arg_shapes: Mapping[str, tuple[int, ...]]) -> dict[str, tupl
     internals = symbol.get_internals()
     _, out, _ = internals.infer_shape(**arg_shapes)
     return dict(zip(internals.list_outputs(), (tuple(s) for s in out)))
-
-
-def count_glue(graph: Graph, pg) -> Glue:
-    """The glue calls and copies of ``pg`` (see the module docstring)."""
-    from tofu.sim.flops import op_call_work
-
-    doc = json.loads(pg.symbol.tojson())
-    shapes = _shapes(pg.symbol, pg.shapes())
-    own = {f"{n.name}@dev{w}" for n in graph.nodes for w in range(pg.workers)}
-    trainable = {v.name for v in pg.variables if v.role is Role.PARAM}
-    nodes = doc["nodes"]
-    outputs: list[list[tuple[int, ...]]] = []
-    device: list[int | None] = []
-    grad: list[bool] = []
-    calls, copies, seen = [], [], set()
-    for jn in nodes:
-        attrs = jn.get("attrs", {})
-        dev = _device(attrs)
-        if jn["op"] == "null":
-            outputs.append([shapes.get(jn["name"], ())])
-            device.append(dev)
-            grad.append(jn["name"] in trainable)
-            continue
-        name = jn["name"]
-        outs = [s for n, s in shapes.items() if n.startswith(name + "_") and n[len(name) + 1:].startswith("output")]
-        outs = outs or [s for n, s in shapes.items() if n.startswith(name + "_")][:1]
-        outputs.append(outs)
-        device.append(dev)
-        ins = [(i[0], i[1]) for i in jn["inputs"]]
-        g = any(grad[i] for i, _ in ins)
-        grad.append(g)
-        in_shapes = [outputs[i][o] if o < len(outputs[i]) else () for i, o in ins]
-        for (i, o), s in zip(ins, in_shapes):
-            if dev is not None and device[i] is not None and device[i] != dev and (i, o, dev) not in seen:
-                seen.add((i, o, dev))
-                copies.append(Copy(device[i], dev, 4 * math.prod(s), grad[i]))
-        if jn["op"] in GLUE_OPS and "@dev" in name and name not in own and dev is not None:
-            calls.append(GlueCall(dev, jn["op"], _work(jn["op"], attrs, in_shapes, outs, op_call_work), g))
-    return Glue(tuple(calls), tuple(copies))
 
 
 def _work(op: str, attrs: Mapping[str, str], ins, outs, op_call_work) -> OpWork:
@@ -169,10 +84,10 @@ class Dataflow:
     heads: tuple[int, ...]
 
 
-class _PlanGlue:
-    """The rewriter's gathers (:mod:`tofu.rewrite.comm`) replayed on boxes: what :func:`count_glue` reads from the
-    symbol, derived from the plan and :func:`~tofu.analysis.compose.compose` alone (no MXNet). Beside the count,
-    it records the dataflow (:class:`Dataflow`): every value a gather builds on, as the rewriter's symbols do."""
+class _PlanReplay:
+    """The rewriter's gathers (:mod:`tofu.rewrite.comm`) replayed on boxes, from the plan and
+    :func:`~tofu.analysis.compose.compose` alone (no MXNet), recording the dataflow (:class:`Dataflow`): every
+    value a gather builds on, as the rewriter's symbols do."""
 
     def __init__(self, graph: Graph, plan):
         from tofu.analysis.compose import coordinates
@@ -185,9 +100,6 @@ class _PlanGlue:
         steps = [dict(s.op_choices) for s in plan.steps]
         self.choices = {n.id: tuple(c[n.name] for c in steps) for n in graph.nodes}
         self.coords = [coordinates(w, self.factors) for w in range(self.k)]
-        self.grads = graph.with_gradient
-        self.calls: list[GlueCall] = []
-        self.copies: list[Copy] = []
         self.sent: dict = {}
         self.values: list[FlowValue] = []
         self.ops: list[FlowOp] = []
@@ -217,13 +129,11 @@ class _PlanGlue:
         return outs
 
     def emit(self, device: int, op: str, ins, out, t: int, srcs=(), to: int | None = None) -> int:
-        """One glue op; it has a backward when it reads a piece of a tensor with a gradient (fills read none).
-        Returns the value it writes."""
+        """One glue op (data movement, or an element-wise ``add_n``); returns the value it writes."""
         elements = sum(math.prod(_extent(b)) for b in ins) + math.prod(_extent(out))
         cls = OpClass.ELEMENTWISE if op == "add_n" else OpClass.DATA_MOVEMENT
         work = OpWork(0.0 if cls is OpClass.DATA_MOVEMENT else float(math.prod(_extent(out)) * (len(ins) - 1)),
                       4.0 * elements, cls, frozenset())
-        self.calls.append(GlueCall(device, op, work, bool(ins) and t in self.grads))
         return self.op(device, op, work, srcs, (4 * math.prod(_extent(out)),), t, to=to,
                        attrs=(tuple(ins), out))[0]
 
@@ -239,8 +149,6 @@ class _PlanGlue:
             return value
         v = self.emit(dev, "_copy" if box == held else "slice", [held], box, t, (value,), to=dst)
         self.sent[sent] = v
-        if dev != dst:
-            self.copies.append(Copy(dev, dst, 4 * math.prod(_extent(box)), t in self.grads))
         return v
 
     def gather(self, t: int, held, box, dst: int, data=None) -> int:
@@ -286,7 +194,7 @@ class _PlanGlue:
             return self.emit(dst, "add_n", [cell] * len(covering), cell, t, values)
         return values[0]
 
-    def run(self) -> Glue:
+    def run(self) -> None:
         from tofu.analysis.compose import compose
         from tofu.analysis.views import NodeView
         from tofu.graph.ir import LOSS_OPS
@@ -333,7 +241,6 @@ class _PlanGlue:
                         if h[1] not in boxes:
                             boxes.add(h[1])
                             self.heads.append(h[3])
-        return Glue(tuple(self.calls), tuple(self.copies))
 
     def call(self, node, call, device: int) -> list[int]:
         """Worker ``call.worker``'s call of ``node`` run on ``device`` (itself, or a device that makes a
@@ -362,8 +269,6 @@ class _PlanGlue:
         own = call.worker == device
         work = op_call_work(node.op, call.attrs, ins, outs, item) if own else \
             _work(node.op, call.attrs.to_mxnet(), ins, outs, op_call_work)
-        if not own and node.op in GLUE_OPS:
-            self.calls.append(GlueCall(device, node.op, work, False))
         args = [a for a, p in zip(args, call.inputs) if p.read]     # an expansion's unread inputs
         out = list(self.op(device, node.op, work, args, [item * math.prod(s) for s in outs],
                            node.outputs[0], node.id if own else None, call.expansion))
@@ -420,19 +325,12 @@ def _meet(a, b):
     return out if all(lo < hi for lo, hi in out) else None
 
 
-def glue_from_plan(graph: Graph, plan) -> Glue:
-    """The glue of ``graph`` under ``plan`` without building the symbol: the rewriter's gathers replayed on the
-    boxes :func:`~tofu.analysis.compose.compose` gives (for the paper-size models). Not counted: the statistics
-    exchange inside an op's expansion (BatchNorm split along the batch), whose glue the symbol count has."""
-    return _PlanGlue(graph, plan).run()
-
-
 def dataflow_from_plan(graph: Graph, plan) -> Dataflow:
     """The partitioned forward graph of ``graph`` under ``plan`` as the rewriter builds it, without MXNet: every
     worker's kernel call (:func:`~tofu.analysis.compose.compose`, its work from
-    :func:`tofu.sim.flops.op_call_work`), every glue op of :func:`glue_from_plan`, each reading the values it
-    reads. An op run by its expansion is one call of the op on its pieces (``expansion`` set): its statistics
-    exchange is left out, as in :func:`glue_from_plan`."""
-    replay = _PlanGlue(graph, plan)
+    :func:`tofu.sim.flops.op_call_work`), every glue op around them, each reading the values it reads. An op run
+    by its expansion is one call of the op on its pieces (``expansion`` set): its statistics exchange is left
+    out."""
+    replay = _PlanReplay(graph, plan)
     replay.run()
     return replay.dataflow()

@@ -216,7 +216,7 @@ class Program:
 def dataflow_from_symbol(graph: Graph, pg) -> Dataflow:
     """The partitioned forward graph read from the symbol of ``pg`` (a
     :class:`~tofu.rewrite.apply_plan.PartitionedGraph` of ``graph``): one op per JSON node, on its
-    ``__ctx_group__``; its work from the shapes MXNet infers (:func:`tofu.sim.glue.count_glue`'s reading).
+    ``__ctx_group__``; its work from the shapes MXNet infers.
     A kernel call is a node named ``{node}@dev{w}``; an expansion's own nodes are unnamed by the rewriter (no
     ``@dev``) or its statistics exchange (``stat...``).
 
