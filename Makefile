@@ -27,7 +27,8 @@ test: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m tofu.demo
 	@echo; echo "== simulated k80x8: throughput of every system, the paper's largest models (docs/experiments.md)"
-	@$(PY) experiments/run_throughput.py --models wresnet-152-10,rnn-10-8k --tag demo --quiet
+	@$(PY) experiments/run_throughput.py --models wresnet-152-10,rnn-10-8k --tag demo --quiet --jobs 2 \
+		--tofu-start docs/results/throughput/k80x8.csv
 	@$(PY) experiments/plot_throughput.py results/throughput/demo.csv --out results/figures/demo-throughput.png
 
 # The generated docs: docs/models.md from the models themselves, then every table of docs/experiments.md,
@@ -36,15 +37,26 @@ docs: $(STAMP)
 	$(PY) experiments/make_models_table.py --out docs/models.md
 	$(PY) experiments/make_docs.py
 
-# The simulated evaluation (docs/experiments.md) on the default profile, k80x8: results/ and docs/figures/.
+# The simulated evaluation (docs/experiments.md) on the default profile, k80x8, every system on the event-driven
+# engine: results/ and docs/figures/. JOBS cases at once (worker processes); scaling starts Tofu's search at the
+# batch the throughput run found. The timelines: one iteration each, programs built with MXNet's default
+# gradient sum cap, as tofu.sim.systems builds them (importing tofu raises it for tofu's own runtime).
+# To refresh the committed results: make experiments OUT=docs/results, then make docs.
+JOBS ?= 2
+OUT  ?= results
 experiments: $(STAMP)
-	$(PY) experiments/run_throughput.py --tag k80x8
-	$(PY) experiments/run_partition_algorithms.py --tag k80x8
-	$(PY) experiments/run_scaling.py --tag k80x8
-	$(PY) experiments/plot_throughput.py results/throughput/k80x8.csv --out docs/figures/throughput.png
-	$(PY) experiments/plot_partition_algorithms.py results/partition_algorithms/k80x8.csv \
+	$(PY) experiments/run_throughput.py --tag k80x8 --jobs $(JOBS) --out-dir $(OUT)/throughput
+	$(PY) experiments/run_partition_algorithms.py --tag k80x8 --jobs $(JOBS) --out-dir $(OUT)/partition_algorithms
+	$(PY) experiments/run_scaling.py --tag k80x8 --throughput $(OUT)/throughput/k80x8.csv --out-dir $(OUT)/scaling
+	$(PY) experiments/plot_throughput.py $(OUT)/throughput/k80x8.csv --out docs/figures/throughput.png
+	$(PY) experiments/plot_partition_algorithms.py $(OUT)/partition_algorithms/k80x8.csv \
 		--out docs/figures/partition_algorithms.png
-	$(PY) experiments/plot_scaling.py results/scaling/k80x8.csv --out docs/figures/scaling.png
+	$(PY) experiments/plot_scaling.py $(OUT)/scaling/k80x8.csv --out docs/figures/scaling.png
+	mkdir -p results/timelines
+	MXNET_EXEC_INPLACE_GRAD_SUM_CAP=8 $(PY) -m tofu sim wresnet-152-10 --workers 8 --profile k80x8 --batch 8 \
+		--figure docs/figures/timeline-wresnet-152-10.png --json > results/timelines/wresnet-152-10.json
+	MXNET_EXEC_INPLACE_GRAD_SUM_CAP=8 $(PY) -m tofu sim rnn-10-8k --workers 8 --profile k80x8 --batch 128 \
+		--figure docs/figures/timeline-rnn-10-8k.png --json > results/timelines/rnn-10-8k.json
 	$(PY) experiments/run_search_time.py --workers 8 --tag experiments \
 		--algos tofu,tofu-recursive,dp-flat,data-parallel,allrow-greedy,spartan,equalchop,icml18
 	$(PY) experiments/plot_search.py results/search_time/experiments.csv --workers 8 --out docs/figures/search_time.png

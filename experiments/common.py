@@ -33,11 +33,23 @@ def write_sidecar(csv_path: Path, args: Mapping, **extra) -> Path:
     return path
 
 
-def write_simulated_sidecar(csv_path: Path, args: Mapping, prof) -> Path:
-    """:func:`write_sidecar` of a simulated run: the hardware profile it ran on, ``simulated`` true."""
+def write_simulated_sidecar(csv_path: Path, args: Mapping, prof, **extra) -> Path:
+    """:func:`write_sidecar` of a simulated run: the hardware profile it ran on, ``simulated`` true, and ``extra``
+    (e.g. :func:`rerun_source`)."""
     return write_sidecar(csv_path, args, profile={"name": prof.name, "devices": prof.devices,
                                                   "memory_bytes": prof.memory_bytes, "source": prof.source},
-                         simulated=True)
+                         simulated=True, **extra)
+
+
+def rerun_source() -> dict:
+    """The ``source`` of a sidecar that this run's command wrote (what tests/test_docs.py requires of committed
+    results: ``re-run: `COMMAND```), and ``git_dirty``: whether the working tree differed from ``git_sha``."""
+    try:
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                    text=True, check=True).stdout.strip())
+    except (OSError, subprocess.CalledProcessError):
+        dirty = None
+    return {"source": f"re-run: `{' '.join(sys.argv)}`", "git_dirty": dirty}
 
 
 class RowWriter:
@@ -68,7 +80,7 @@ def ideal_batch(model: str) -> int:
 
 
 def model_builder(model: str):
-    """``batch -> Graph`` for ``model`` (what :mod:`tofu.sim.baselines` takes)."""
+    """``batch -> Graph`` for ``model`` (what :func:`tofu.sim.systems.estimate` takes)."""
     from tofu.api import load_graph
     from tofu.models import ModelOptions
 
@@ -79,3 +91,39 @@ def read_rows(path: Path) -> list[dict[str, str]]:
     """A results CSV as a list of rows (what the plot scripts read)."""
     with Path(path).open(newline="") as f:
         return list(csv.DictReader(f))
+
+
+def rewrite_rows(path: Path, columns: Sequence[str], rows: Sequence[Mapping]) -> None:
+    """Rewrites the CSV ``path`` with ``rows`` in the given order (a run whose cases finish out of order, e.g.
+    in a process pool, appends them as they come and puts them in order at the end)."""
+    with Path(path).open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=tuple(columns))
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({c: row.get(c, "") for c in columns})
+
+
+def held_at_peak(execution, device: int | None = None) -> tuple[int, float, dict[str, int]]:
+    """What a simulated iteration's fullest device (or ``device``) holds at its peak: (device, time, bytes by what
+    wrote them), a resident tensor (parameter, gradient array, optimizer state, bound input) named by its kind, any
+    other by the MXNet op of its writer (``Concat``, ``_backward_FullyConnected``, ...). Reads the engine's
+    :class:`~tofu.sim.engine.Execution` by its memory rule (a tensor held from its writer's start to its last
+    reader's end; resident tensors throughout)."""
+    if device is None:
+        device = max(range(len(execution.peak_bytes)), key=lambda d: execution.peak_bytes[d])
+    when = max(execution.memory[device], key=lambda step: step[1])[0]
+    program, spans = execution.program, execution.spans
+    held: dict[str, int] = {}
+    for tensor, readers in zip(program.tensors, program.readers):
+        if tensor.device != device:
+            continue
+        if tensor.kind.resident or tensor.producer is None:
+            begin, end = 0.0, execution.makespan
+        else:
+            begin = spans[tensor.producer].start
+            end = max((spans[r].end for r in readers), default=spans[tensor.producer].end)
+        if begin <= when < end:
+            key = tensor.kind.value if tensor.kind.resident or tensor.producer is None else \
+                program.tasks[tensor.producer].op
+            held[key] = held.get(key, 0) + tensor.nbytes
+    return device, when, dict(sorted(held.items(), key=lambda kv: -kv[1]))

@@ -1,6 +1,8 @@
-"""Plots a run of run_partition_algorithms.py: per model, each algorithm's time per batch stacked as the ideal
-compute (one device's compute divided by the devices), the compute overhead above it, and the communication;
-plans that exceed a device's memory hatched and marked OOM, algorithms that cannot plan the model marked.
+"""Plots a run of run_partition_algorithms.py: per model, each algorithm's simulated time per batch stacked as the
+ideal compute (one device's compute divided by the devices), the compute overhead above it (the busiest
+device's kernels beyond that: uneven or halo'd pieces, slices, concatenations, sums), and the rest of the
+iteration (the busiest device waiting: communication not hidden behind compute); plans whose simulated peak
+memory exceeds a device's hatched and marked OOM, algorithms that cannot plan the model marked.
 Reads CSV only.
 
     python experiments/plot_partition_algorithms.py results/partition_algorithms/k80x8.csv \
@@ -50,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             if not r["seconds"]:
                 ax.text(x, 0.02 * top, r["status"], rotation=90, ha="center", va="bottom", fontsize=7, color="#555555")
                 continue
-            ideal, compute, comm = (float(r[c]) for c in ("ideal_compute_seconds", "compute_seconds", "comm_seconds"))
+            ideal, compute, comm = (float(r[c]) for c in ("ideal_compute_seconds", "compute_seconds",
+                                                          "overhead_seconds"))
             hatch = "///" if r["status"] == "oom" else None
             ax.bar(x, ideal, 0.7, color=IDEAL, edgecolor="black", linewidth=0.3, hatch=hatch)
             ax.bar(x, compute - ideal, 0.7, bottom=ideal, color=OVERHEAD, edgecolor="black", linewidth=0.3, hatch=hatch)
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         ax.set_title(f"{model}, batch {first['batch']}, {first['workers']} x simulated {first['profile']}", fontsize=9)
     axes[0][0].legend(handles=[Patch(facecolor=IDEAL, label="ideal compute (1 device / k)"),
                                Patch(facecolor=OVERHEAD, label="compute overhead"),
-                               Patch(facecolor=COMM, label="communication"),
+                               Patch(facecolor=COMM, label="waiting (communication not overlapped)"),
                                Patch(facecolor="white", edgecolor="black", hatch="///", label="exceeds device memory")],
                       fontsize=7, loc="upper left")
     save(fig, args.out, dpi=150)

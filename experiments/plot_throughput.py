@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
         ax.set_ylim(0, top * 1.3)
         ax.axhline(1.0, color="black", linewidth=0.5, linestyle=":")
         ax.set_ylabel("throughput / Ideal")
-        ax.set_title(f"{fam}: training throughput on simulated {prof} (numbers on bars: samples/s; "
-                     f"b = Tofu's batch)", fontsize=9)
+        ax.set_title(f"{fam}: training throughput on simulated {prof}, event-driven engine (numbers on bars: "
+                     f"samples/s; b = Tofu's batch)", fontsize=9)
         ax.legend(handles=[Patch(facecolor=s.color, edgecolor="black", linewidth=0.3, label=s.label) for s in systems],
                   ncol=len(systems), fontsize=7, loc="upper right")
     save(fig, args.out, dpi=150)

@@ -27,7 +27,7 @@ class Algo(enum.Enum):
 
 
 class SystemStyle(enum.Enum):
-    """The systems of the throughput comparison (:class:`tofu.sim.baselines.System`): order, label, colour."""
+    """The systems of the throughput comparison (:class:`tofu.sim.systems.System`): order, label, colour."""
 
     IDEAL = ("ideal", "Ideal", "#bdbdbd")
     SMALL_BATCH = ("smallbatch", "SmallBatch", "#4393c3")

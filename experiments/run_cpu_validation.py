@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 
-from experiments.common import RowWriter, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, rerun_source, write_sidecar  # noqa: E402
 from experiments.table_cpu_validation import summary  # noqa: E402
 from tofu.sim.calibrate import activation, batchnorm, binary, conv, fc, pooling  # noqa: E402
 
@@ -279,7 +279,7 @@ def main(argv=None) -> int:
     write_sidecar(path, vars(args), calibration=dataclasses.asdict(cal), summary=result,
                   profile={"name": prof.name, "source": prof.source, "step_seconds": prof.step_seconds,
                            "copy_launch_seconds": prof.copy_launch_seconds, "concurrency": prof.concurrency},
-                  seconds=time.perf_counter() - started)
+                  seconds=time.perf_counter() - started, **rerun_source())
     for level, s in result.items():
         line = (f"{level}: {s['cases']} cases, median |error| {s['median_abs_relative_error']:.1%}, "
                 f"worst {s['worst_abs_relative_error']:.1%} ({s['worst_case']})")

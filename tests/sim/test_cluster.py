@@ -1,4 +1,5 @@
-"""Several machines: the inter-machine exchange by hand, and the kvstore bytes equal to the runtime's."""
+"""Several machines: the inter-machine exchange by hand on top of the engine's machine iteration, and the kvstore
+bytes equal to the runtime's."""
 import numpy as np
 import pytest
 
@@ -6,22 +7,26 @@ from tofu.api import load_graph, partitioned
 from tofu.models import ModelOptions, build_model
 from tofu.runtime.distributed import predicted_kvstore_bytes
 from tofu.search.algorithms import plan_graph
-from tofu.sim.cluster import GBIT, inter_machine_seconds, simulate_cluster
-from tofu.sim.hardware import K80X8
-from tofu.sim.model import Overlap, simulate
+from tofu.sim import profile
+from tofu.sim.cluster import GBIT, Overlap, inter_machine_seconds, simulate_cluster
+from tofu.sim.engine import simulate_iteration
+
+K80X8 = profile("k80x8")
+BATCH = 32
 
 
 @pytest.fixture(scope="module")
 def mlp_estimate():
-    graph = load_graph("mlp", ModelOptions(batch=32))
-    return graph, simulate(graph, plan_graph(graph, 8, "tofu"), K80X8)
+    graph = load_graph("mlp", ModelOptions(batch=BATCH))
+    return graph, simulate_iteration(graph, plan_graph(graph, 8, "tofu"), K80X8)
 
 
 def test_one_machine_has_no_exchange(mlp_estimate):
     graph, one = mlp_estimate
-    est = simulate_cluster(one, graph.param_bytes, 1, 25 * GBIT, K80X8)
+    est = simulate_cluster(one, BATCH, graph.param_bytes, 1, 25 * GBIT, K80X8)
     assert est.inter_seconds == est.inter_bytes == 0
-    assert est.samples_per_second == pytest.approx(one.samples_per_second, rel=1e-12)
+    assert est.seconds == one.seconds
+    assert est.samples_per_second == pytest.approx(BATCH / one.seconds, rel=1e-12)
 
 
 @pytest.mark.parametrize("machines", [2, 4, 16])
@@ -37,13 +42,17 @@ def test_exchange_by_hand(machines, gbits):
 
 def test_overlap_and_throughput(mlp_estimate):
     graph, one = mlp_estimate
-    slow = simulate_cluster(one, graph.param_bytes, 4, 1e3, K80X8)            # a 1 kB/s network dominates
+    slow = simulate_cluster(one, BATCH, graph.param_bytes, 4, 1e3, K80X8)      # a 1 kB/s network dominates
     assert slow.seconds == pytest.approx(one.seconds + slow.inter_seconds, rel=1e-12)
-    hidden = simulate_cluster(one, graph.param_bytes, 4, 1e3, K80X8, Overlap.FULL)
+    hidden = simulate_cluster(one, BATCH, graph.param_bytes, 4, 1e3, K80X8, Overlap.FULL)
     assert hidden.seconds == pytest.approx(slow.inter_seconds, rel=1e-12)
-    assert hidden.samples_per_second == pytest.approx(4 * one.batch / slow.inter_seconds, rel=1e-12)
+    assert hidden.samples_per_second == pytest.approx(4 * BATCH / slow.inter_seconds, rel=1e-12)
+    fast = simulate_cluster(one, BATCH, graph.param_bytes, 4, 1e15, K80X8, Overlap.FULL)
+    assert fast.seconds == max(one.seconds, fast.inter_seconds)
     with pytest.raises(ValueError):
         inter_machine_seconds(1, 0, 1e9, K80X8)
+    with pytest.raises(ValueError):
+        simulate_cluster(one, 0, graph.param_bytes, 2, 1e9, K80X8)
 
 
 def _mxnet_bytes(symbol, inputs, counted):
