@@ -6,7 +6,9 @@ One CSV row per (model, batch, workers, algorithm) in results/transformer/<tag>.
 finishes, with a JSON sidecar: communication per iteration, per-device memory and search time (cold caches)
 on the same cost model for every algorithm, and for ``--shared`` algorithms the bytes the runtime sends (each
 piece once per device; the cost model charges every op that reads it), counted by tests/oracle.py. An algorithm that cannot plan a case (``megatron`` where k does
-not divide the heads) is recorded with status "error" and its one-line reason. ``--quick``: gpt-tiny only.
+not divide the heads) is recorded with status "error" and its one-line reason. Every row of a named GPT carries
+``megatron_sp_bytes``, Megatron-LM + sequence parallelism's bytes by the formula (docs/search.md), where k
+divides the heads. ``--quick``: gpt-tiny only.
 """
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ from tofu.api import clear_caches, load_graph  # noqa: E402
 from tofu.errors import TofuError  # noqa: E402
 from tofu.models import GPT_MODELS, ModelOptions  # noqa: E402
 from tofu.search.algorithms import ALGORITHMS, plan_graph  # noqa: E402
+from tofu.models.transformer import CONFIGS  # noqa: E402
+from tofu.search.baselines import megatron_sp_bytes  # noqa: E402
 
 COLUMNS = ("model", "batch", "workers", "algo", "status", "search_seconds", "comm_bytes", "shared_bytes", "step_bytes",
-           "per_device_total_bytes", "per_device_fetched_bytes", "message")
+           "per_device_total_bytes", "per_device_fetched_bytes", "megatron_sp_bytes", "message")
 ALGOS = tuple(a for a in ALGORITHMS if a != "ilp")
 
 
@@ -43,6 +47,15 @@ def run_one(graph, workers: int, algo: str, shared: bool) -> dict:
             "shared_bytes": sent,
             "step_bytes": " ".join(f"{s.cost_bytes:.0f}" for s in plan.steps),
             "per_device_total_bytes": mem["total"], "per_device_fetched_bytes": mem.get("fetched", 0)}
+
+
+def _formula(model: str, batch: int, k: int) -> str:
+    """Megatron-LM + sequence parallelism's bytes by the formula (``baselines.megatron_sp_bytes``), for a named
+    GPT whose heads k divides; '' otherwise."""
+    c = CONFIGS.get(model)
+    if c is None or c.heads % k:
+        return ""
+    return str(megatron_sp_bytes(c.layers, batch, c.seq_len, c.hidden, k))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 for algo in algos:
                     t0 = time.perf_counter()
                     row = {"model": model, "batch": batch, "workers": k, "algo": algo,
+                           "megatron_sp_bytes": _formula(model, batch, k),
                            **run_one(graph, k, algo, algo in args.shared.split(","))}
                     writer.write(row)
                     print(f"{model:<9} b={batch:<3} k={k} {algo:<14} {row['status']:<6} "

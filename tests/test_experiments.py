@@ -30,7 +30,7 @@ def test_run_transformer_quick_writes_rows_and_table(tmp_path, capsys):
     assert run_transformer.main(["--quick", "--tag", "smoke", "--out-dir", str(tmp_path)]) == 0
     rows = list(csv.DictReader((tmp_path / "smoke.csv").open()))
     assert {(r["model"], r["workers"]) for r in rows} == {("gpt-tiny", "2"), ("gpt-tiny", "4")}
-    general = [r for r in rows if r["algo"] != "megatron"]
+    general = [r for r in rows if not r["algo"].startswith("megatron")]
     assert general and all(r["status"] == "ok" for r in general)
     for k in ("2", "4"):
         costs = {r["algo"]: float(r["comm_bytes"]) for r in general if r["workers"] == k}

@@ -133,47 +133,96 @@ MEGATRON_DIMS: dict[str, int] = {
     **{role: 1 for role in ("ln1", "ln2", "proj", "fc2", "attn_add", "mlp_add")},
 }
 
+VOCAB_PARALLEL_DIMS: dict[str, int] = {
+    # the head as megatron-vp splits it: the final LayerNorm sequence-parallel; the output projection
+    # column-parallel over the vocabulary (Megatron-LM's parallel_lm_logits), its logits and the softmax
+    # cross-entropy split along the vocabulary, which exchanges each row's max and sum of exponentials
+    # (vocab_parallel_cross_entropy)
+    "head_ln": 1, "head_proj_weight": 0, "head_proj": 1, "softmax": 1,
+}
+
 ROW_PARALLEL = ("proj", "fc2")
+HEAD_SPLIT = frozenset({"q_heads", "k_heads", "v_heads", "q_front", "k_front", "v_front", "q_stack", "k_stack",
+                        "v_stack", "scores", "scale", "masked", "probs", "context", "context_heads", "context_back"})
+"""The tensors whose split is a split of the attention heads (the first that cannot split names the heads)."""
 
 
-def megatron(p: CutProblem) -> CutSolution:
+def megatron_sp_bytes(layers: int, batch: int, seq: int, hidden: int, workers: int, itemsize: int = 4) -> int:
+    """Bytes Megatron-LM with sequence parallelism moves per training iteration, summed over the devices of
+    one tensor-parallel group (docs/search.md, "Megatron-LM + SP, derived"), for an untied GPT:
+
+        4 (k - 1) [ (8 L + 4) b s h + 6 b s + 12 h L + 4 h ]     (itemsize 4)
+
+    Per layer two all-gathers and two reduce-scatters of (b, s, h) forward and their mirrors backward
+    (8 L b s h); the vocabulary-parallel embedding's reduce-scatter and its gradient's all-gather, the
+    output projection's all-gather and its gradient's reduce-scatter (4 b s h); the cross-entropy's three
+    all-reduces of a per-row statistic (max, sum of exponentials, target logit: 6 b s); the all-reduced
+    gradients of each layer's LayerNorm gammas and betas and row-parallel biases (12 h L) and of the final
+    LayerNorm (4 h). A collective over n elements moves (k - 1) n summed over the devices (all-gather,
+    reduce-scatter) or 2 (k - 1) n (ring all-reduce). The vocabulary V does not appear."""
+    b, s, h, k, L = batch, seq, hidden, workers, layers
+    return itemsize * (k - 1) * ((8 * L + 4) * b * s * h + 6 * b * s + 12 * h * L + 4 * h)
+
+
+def megatron_vp(p: CutProblem) -> CutSolution:
+    """:func:`megatron` with Megatron-LM's vocabulary-parallel head (:data:`VOCAB_PARALLEL_DIMS`): the faithful
+    baseline, costed only (``algorithms.COSTED_ONLY``: SoftmaxOutput split along the vocabulary has no expansion
+    the runtime can run yet)."""
+    return megatron(p, vocab_parallel=True)
+
+
+def megatron(p: CutProblem, vocab_parallel: bool = False) -> CutSolution:
     """Megatron-LM's hand-made partition (Shoeybi et al. 2019) with sequence parallelism (Korthikanti et al.
-    2022), on the blocks of :mod:`tofu.models.transformer`: every block tensor is held on the dimension of
+    2022), on :mod:`tofu.models.transformer`: every block tensor is held on the dimension of
     :data:`MEGATRON_DIMS` and every block op splits as Megatron splits it (its output on that dimension; the
-    row-parallel ones their reduction); the tensors it does not name (LayerNorm parameters, the row-parallel biases, the
-    embeddings, the causal mask and the loss head) and every op's strategy take their optimum given those,
-    by :func:`~tofu.search.dp.solve_dp` on the restricted problem. Megatron's vocabulary-parallel embedding
-    and cross-entropy are left to that optimum: an Embedding reads its table at data-dependent rows, which
-    the analysis cannot split, and SoftmaxOutput has no statistics expansion.
+    row-parallel ones their reduction); with ``vocab_parallel`` (``megatron-vp``) the head likewise: the final
+    LayerNorm by the sequence, the output projection column-parallel over the vocabulary, the softmax
+    cross-entropy split along the vocabulary with each row's max and sum of exponentials all-reduced (a
+    strategy the runtime cannot run yet: the plan is costed, see ``algorithms.COSTED_ONLY``); without it the
+    head takes its optimum among runnable strategies, and the plan runs. The tensors it does not name (LayerNorm parameters, the
+    row-parallel biases, the embeddings, the causal mask, which every device makes itself) and every op's
+    strategy take their optimum given those, by :func:`~tofu.search.dp.solve_dp` on the restricted problem.
+
+    Where this differs from Megatron-LM's bytes (:func:`megatron_sp_bytes`; docs/search.md states each term):
+    the vocabulary-parallel embedding is not expressible (an Embedding reads its table at data-dependent rows,
+    which the analysis cannot split), so the table is split by its columns and the lookup's output converted
+    to the sequence split, 2 (k-1)/k b s h instead of 2 (k-1) b s h; at b > 1 the (b, s, h) layout makes the
+    head's flattening to rows b s + t a conversion, 2 (k-1)/k b s h more; a row-parallel bias is added by one
+    worker, which fetches it, instead of all-reduced.
 
     Raises:
         SearchError: the graph has no transformer block, a block tensor cannot be split k ways on its
             dimension (k must divide the heads, the sequence and the 4h MLP width), or a block op has no
             runnable strategy that splits it so.
     """
+    if not any(n.startswith("block") and _block_role(n) in MEGATRON_DIMS for t in p.tensors for n in t.names):
+        raise SearchError("megatron: the graph has no transformer block (tensors named as tofu.models.transformer "
+                          "names them: block{l}_q_weight, ...)")
+    split = {**MEGATRON_DIMS, **(VOCAB_PARALLEL_DIMS if vocab_parallel else {})}
     keep_c = []
     for t in p.tensors:
-        dims = {MEGATRON_DIMS[role] for role in map(_block_role, t.names) if role in MEGATRON_DIMS}
+        dims = {split[role] for role in map(_block_role, t.names) if role in split}
         if len(dims) > 1:
             raise SearchError(f"megatron: tensor group '{t.name}' ties tensors split on dimensions {sorted(dims)}")
         if dims and dims <= set(t.choices):
             keep_c.append([t.choices.index(next(iter(dims)))])
+        elif dims and any(_block_role(n) in HEAD_SPLIT for n in t.names):
+            heads = t.shape[2] if len(t.shape) == 4 else t.shape[0]
+            raise SearchError(f"megatron: {p.k} workers do not divide the {heads} attention heads ('{t.name}' of "
+                              f"shape {t.shape}); Megatron-LM needs the heads to divide by the workers")
         elif dims:
             raise SearchError(f"megatron: '{t.name}' of shape {t.shape} cannot be split {p.k} ways on dimension "
                               f"{next(iter(dims))}")
         else:
             keep_c.append(list(range(len(t.choices))))
-    if not any(_block_role(n) in MEGATRON_DIMS for t in p.tensors for n in t.names):
-        raise SearchError("megatron: the graph has no transformer block (tensors named as tofu.models.transformer "
-                          "names them: block{l}_q_weight, ...)")
     keep_s, unsplit = [], []
     for g in p.ops:
         role = _block_role(g.name)
         every = range(len(g.strategies))
         if role in ROW_PARALLEL:
             kept = [s for s in every if g.kinds[s] == "reduce"]
-        elif role in MEGATRON_DIMS:
-            kept = [s for s in every if g.produces[s] and g.produces[s][0][1] == MEGATRON_DIMS[role]
+        elif role in split:
+            kept = [s for s in every if g.produces[s] and g.produces[s][0][1] == split[role]
                     and not g.strategies[s].endswith("*")]        # computed whole is not Megatron's split
         else:
             kept = list(every)
@@ -187,8 +236,10 @@ def megatron(p: CutProblem) -> CutSolution:
 
 
 def _block_role(name: str) -> str | None:
-    """``block3_q_heads_output`` -> ``q_heads``; None for a name outside the blocks."""
-    match = re.fullmatch(r"block[0-9]+_(.+?)(_output)?", name)
+    """``block3_q_heads_output`` -> ``q_heads``, ``head_proj_output`` -> ``head_proj``, ``softmax_output`` ->
+    ``softmax``; None for a name outside the blocks and the head."""
+    match = re.fullmatch(r"block[0-9]+_(.+?)(_output)?", name) or re.fullmatch(r"(head_.+?|softmax)(_output)?",
+                                                                               name)
     return match[1] if match else None
 
 
