@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.common import RowWriter, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, rerun_source, write_sidecar  # noqa: E402
 from tests.oracle import count  # noqa: E402
 from tofu.api import clear_caches, load_graph  # noqa: E402
 from tofu.errors import TofuError  # noqa: E402
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown algorithm(s) {', '.join(unknown)}")
     out = args.out_dir / f"{args.tag}.csv"
     writer = RowWriter(out, COLUMNS)
-    write_sidecar(out, vars(args))
+    write_sidecar(out, vars(args), **rerun_source())
     for model in models:
         for batch in batches:
             try:
