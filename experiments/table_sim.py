@@ -31,7 +31,8 @@ CHECK_COLUMNS = ("gpu", "network", "mode", "batch", "published_seconds", "simula
 DEVICE_FIELDS = (("devices", ""), ("peak_flops", "FLOP/s"), ("mem_bandwidth", "B/s"), ("memory_bytes", "B"),
                  ("host_bandwidth", "B/s"), ("host_sharing", ""), ("host_memory_bytes", "B"),
                  ("launch_seconds", "s"), ("step_seconds", "s"), ("update_launch_seconds", "s"),
-                 ("copy_launch_seconds", "s"), ("concurrency", ""), ("copy_engines", ""), ("task_seconds", "s"))
+                 ("copy_launch_seconds", "s"), ("concurrency", ""), ("copy_engines", ""), ("task_seconds", "s"),
+                 ("bulk_task_seconds", "s"))
 CURVE_FIELDS = ("peak", "w_half", "alpha", "launch", "other")
 
 

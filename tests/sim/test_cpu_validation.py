@@ -129,7 +129,7 @@ def test_fit_is_the_constrained_least_squares_optimum(points, max_rate):
 
 
 def test_the_per_task_calibration_graph_is_not_a_validation_model():
-    names = {calibrate.glue_net(d).name for d in calibrate.TASK_DEPTHS}
+    names = {calibrate.glue_net(d).name for d in (*calibrate.TASK_DEPTHS, *calibrate.BULK_DEPTHS)}
     assert not names & set(run_cpu_validation.MODELS)
     assert all(name.startswith("calibration-glue-") for name in names)
     assert 1 not in calibrate.TASK_WORKERS            # a multi-context graph: one context bulks its ops
@@ -141,6 +141,14 @@ def test_per_task_fit_recovers_the_slope():
     assert calibrate.fit_task_seconds(points) == pytest.approx(5e-6)
     flat = [dataclasses.replace(p, measured_seconds=p.simulated_seconds) for p in points]
     assert calibrate.fit_task_seconds(flat) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_bulked_cost_is_the_profile_s_and_none_keeps_the_per_task_cost():
+    cal = dataclasses.replace(_FAKE, task_seconds=5e-6, bulk_task_seconds=2e-6)
+    assert (cal.profile().task_seconds, cal.profile().bulk_task_seconds) == (5e-6, 2e-6)
+    assert dataclasses.replace(cal, bulk_task_seconds=None).profile().bulk_task_seconds is None
+    doc = json.loads(json.dumps(dataclasses.asdict(cal)))
+    assert calibrate.Calibration.from_json(doc).bulk_task_seconds == 2e-6
 
 
 _FAKE = calibrate.Calibration(

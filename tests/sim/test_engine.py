@@ -13,7 +13,7 @@ import pytest
 from tofu.api import load_graph
 from tofu.models import ModelOptions
 from tofu.search.algorithms import plan_graph
-from tofu.sim.engine import Stream, kernel_seconds, max_min_rates, simulate, simulate_iteration
+from tofu.sim.engine import Stream, bulks, kernel_seconds, max_min_rates, simulate, simulate_iteration
 from tofu.sim.flops import OpClass
 from tofu.sim.hardware import K80X8, Direction, Level, Link, Profile
 from tofu.sim.program import (Origin, Phase, Program, Task, TaskKind, Tensor, TensorKind, program_from_plan)
@@ -194,6 +194,62 @@ def test_the_per_task_cost_is_charged_to_every_kernel_and_copy_not_to_updates():
     ends = [1.0 + 0.25, 1.25 + 0.01 + 0.25 + 0.1, 1.61 + 2.0 + 0.25, 3.86 + 0.5]       # by hand
     assert [s.end for s in out.spans] == pytest.approx(ends)
     assert out.seconds - run(b, machine(latency=0.01, engines=0)).seconds == pytest.approx(3 * 0.25)
+
+
+def _with_update(b, seconds):
+    """Appends an update of ``seconds`` on device 0 after the last task."""
+    last = b.tasks[-1]
+    b.tasks.append(dataclasses.replace(last, id=len(b.tasks), kind=TaskKind.UPDATE, phase=Phase.UPDATE, device=0,
+                                       dst=None, flops=seconds, deps=(last.id,), reads=(), writes=(), label="update"))
+
+
+def test_a_one_device_program_charges_the_bulked_cost_to_every_kernel_not_to_updates():
+    # a chain of kernels 1 s, 2 s on device 0 and an update 0.5 s: MXNet bulks both kernels
+    b = Builder(1)
+    b.compute(0, 2.0, reads=[b.compute(0, 1.0)])
+    _with_update(b, 0.5)
+    assert bulks(b.program())
+    profile = dataclasses.replace(machine(devices=1), task_seconds=0.25, bulk_task_seconds=0.125)
+    assert [s.end for s in run(b, profile).spans] == pytest.approx([1.125, 3.25, 3.75])      # by hand
+    unset = dataclasses.replace(profile, bulk_task_seconds=None)                                 # None: task_seconds
+    assert [s.end for s in run(b, unset).spans] == pytest.approx([1.25, 3.5, 4.0])
+
+
+def test_a_program_on_several_devices_or_with_copies_charges_the_per_task_cost():
+    # compute on device 0, its result copied to device 1, compute there: ops pushed one by one
+    b = Builder(2)
+    b.compute(1, 2.0, reads=[b.copy(b.compute(0, 1.0, size=1 * GB), 1)])
+    assert not bulks(b.program())
+    profile = dataclasses.replace(machine(latency=0.01, engines=0), task_seconds=0.25, bulk_task_seconds=0.125)
+    ends = [1.0 + 0.25, 1.25 + 0.01 + 0.25 + 0.1, 1.61 + 2.0 + 0.25]                           # by hand
+    assert [s.end for s in run(b, profile).spans] == pytest.approx(ends)
+    # two devices without a copy: two contexts, no segment spans both (MXNet bulks only one context's)
+    two = Builder(2)
+    two.compute(0, 1.0)
+    two.compute(1, 1.0)
+    assert not bulks(two.program())
+    assert [s.end for s in run(two, profile).spans] == pytest.approx([1.25, 1.25])
+    # a plan of two workers whose every task lies on device 0 is bound as one context: bulked
+    one = Builder(2)
+    one.compute(0, 1.0, reads=[one.compute(0, 1.0)])
+    assert bulks(one.program())
+    assert [s.end for s in run(one, profile).spans] == pytest.approx([1.125, 2.25])
+
+
+def test_the_bulked_cost_reaches_real_one_worker_programs_only():
+    graph = load_graph("mlp", ModelOptions(batch=8))
+    profile = dataclasses.replace(K80X8, task_seconds=1e-3, bulk_task_seconds=0.0)
+    one, two = (simulate_iteration(graph, plan_graph(graph, k, "tofu"), profile) for k in (1, 2))
+    assert bulks(one.program) and not bulks(two.program)
+    plain = simulate_iteration(graph, plan_graph(graph, 1, "tofu"), dataclasses.replace(profile, task_seconds=0.0))
+    assert one.seconds == pytest.approx(plain.seconds)                  # every kernel bulked: no per-task cost
+    kernels = sum(t.kind is TaskKind.COMPUTE for t in two.program.tasks)
+    assert kernels and two.seconds > kernels * 1e-3 / two.program.workers
+
+
+def test_a_negative_bulked_cost_is_rejected():
+    with pytest.raises(ValueError, match="bulk_task_seconds"):
+        dataclasses.replace(machine(), bulk_task_seconds=-1e-6)
 
 
 def test_shared_cores_let_one_device_compute_at_a_time():

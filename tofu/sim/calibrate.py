@@ -35,9 +35,12 @@ fitted by least squares over the cases,
     t - s = c + n p        (p >= 0)
 
 n the program's compute tasks and copies (updates left out: ``update_launch_seconds`` is measured on the
-imperative call the runtime makes), gives p = ``task_seconds``. On one context MXNet bulks an executor's ops into
-segments (a chain of tiny relu ops: 0.35 us per op); a multi-context graph's ops are pushed one by one, each
-waking its context's worker (several us each on 2 cores), which is what this graph measures.
+imperative call the runtime makes), gives p = ``task_seconds``. **The bulked per-task cost**
+``bulk_task_seconds``: the same fit on the same graph at the depths ``BULK_DEPTHS`` bound to one context (plan
+``tofu`` on 1 worker, timed in the same round-robin), where MXNet's executor runs every op inside a bulk segment,
+one engine op for up to 15 ops (:func:`tofu.sim.engine.bulks`); the engine charges it to every op of a one-device
+program. A multi-context graph bulks only its segments that lie on one context and pushes the rest one by one,
+each waking its context's worker; ``task_seconds`` is fitted on such graphs as they come.
 
 **Kernel curves** (what the engine times kernels with, :mod:`tofu.sim.kernels`): per class, the **sweep**
 ``SWEEP_CASES`` binds one operator family at 13 sizes from tiny to large work (4 to 6 decades of FLOPs or bytes),
@@ -76,7 +79,7 @@ from tofu.sim.kernels import curve_seconds, fit_curve, fit_rate
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path("results/sim/cpu_profile.json")
-VERSION = 5
+VERSION = 6
 RATE_BOUND = 4.0        # a class's fitted rate is at most this x the machine's peak (cache-resident ops may beat it)
 _COMMAND = "python -m tofu.sim.calibrate --recalibrate"
 
@@ -265,6 +268,7 @@ class Calibration:
     curves: dict[str, CurveFit] = field(default_factory=dict)
     task_seconds: float = 0.0
     task_points: tuple[TaskPoint, ...] = ()
+    bulk_task_seconds: float | None = None
     version: int = VERSION
 
     def rates(self) -> tuple[tuple[OpClass, ClassRate], ...]:
@@ -299,7 +303,8 @@ class Calibration:
             host_bandwidth=self.copy_bandwidth, launch_seconds=elementwise, classes=self.rates(), concurrency=1,
             source=f"measured on {self.host} ({self.cores} cores) by tofu.sim.calibrate v{self.version}",
             step_seconds=self.call_seconds, update_launch_seconds=self.update_seconds,
-            copy_launch_seconds=self.copy_launch_seconds, kernels=self.kernels(), task_seconds=self.task_seconds)
+            copy_launch_seconds=self.copy_launch_seconds, kernels=self.kernels(), task_seconds=self.task_seconds,
+            bulk_task_seconds=self.bulk_task_seconds)
 
     @classmethod
     def from_json(cls, doc: dict) -> Calibration:
@@ -454,7 +459,9 @@ TASK_DEPTHS = (4, 16, 32)
 TASK_WORKERS = (2, 4)
 TASK_PLANS = ("tofu", "data-parallel")
 TASK_SECONDS = 1.0
-"""The per-task fit's cases (see the module docstring) and about how long each is timed."""
+BULK_DEPTHS = (16, 32, 64, 128)
+"""The per-task fits' cases (see the module docstring: ``TASK_DEPTHS`` on ``TASK_WORKERS`` contexts by
+``TASK_PLANS``, ``BULK_DEPTHS`` on one context) and about how long each is timed."""
 
 
 def glue_net(depth: int, batch: int = 8, width: int = 16):
@@ -476,7 +483,8 @@ def glue_net(depth: int, batch: int = 8, width: int = 16):
 
 
 def fit_task_seconds(points: Sequence[TaskPoint]) -> float:
-    """p of ``t - s = c + n p`` by least squares over ``points`` (clamped at 0)."""
+    """p of ``t - s = c + n p`` by least squares over ``points`` (clamped at 0); :func:`measure` fits the
+    multi-context points for ``task_seconds``, the one-context points for ``bulk_task_seconds``."""
     import numpy as np
 
     a = np.array([[1.0, p.tasks] for p in points])
@@ -486,7 +494,7 @@ def fit_task_seconds(points: Sequence[TaskPoint]) -> float:
 
 
 def _task_points(profile: Profile) -> tuple[TaskPoint, ...]:
-    """The per-task fit's cases measured (see the module docstring); ``profile`` without the per-task cost."""
+    """The per-task fits' cases measured (see the module docstring); ``profile`` without the per-task costs."""
     from tofu.api import partitioned
     from tofu.runtime.data import initial_values, synthetic_batch
     from tofu.runtime.train import Trainer
@@ -495,18 +503,19 @@ def _task_points(profile: Profile) -> tuple[TaskPoint, ...]:
     from tofu.sim.program import TaskKind
 
     cases = []
-    for depth in TASK_DEPTHS:
+    configs = [(d, w, name) for d in TASK_DEPTHS for w in TASK_WORKERS for name in TASK_PLANS]
+    configs += [(d, 1, "tofu") for d in BULK_DEPTHS]
+    for depth in sorted({d for d, _, _ in configs}):
         graph = glue_net(depth)
         values = {**initial_values(graph), **synthetic_batch(graph)}
-        for workers in TASK_WORKERS:
-            for plan_name in TASK_PLANS:
-                plan = plan_graph(graph, workers, plan_name)
-                trainer = Trainer(partitioned(graph, plan), values, "cpu", lr=1e-3)
-                for _ in range(3):                          # warm-up
-                    trainer.step()
-                run = simulate_iteration(graph, plan, profile, from_symbol=True)
-                tasks = sum(t.kind is not TaskKind.UPDATE for t in run.program.tasks)
-                cases.append(((depth, workers, plan_name, tasks, run.seconds), trainer))
+        for _, workers, plan_name in (c for c in configs if c[0] == depth):
+            plan = plan_graph(graph, workers, plan_name)
+            trainer = Trainer(partitioned(graph, plan), values, "cpu", lr=1e-3)
+            for _ in range(3):                          # warm-up
+                trainer.step()
+            run = simulate_iteration(graph, plan, profile, from_symbol=True)
+            tasks = sum(t.kind is not TaskKind.UPDATE for t in run.program.tasks)
+            cases.append(((depth, workers, plan_name, tasks, run.seconds), trainer))
     start, rounds = time.perf_counter(), 0
     while rounds < 10 or time.perf_counter() - start < TASK_SECONDS * len(cases):   # round-robin: alike load
         for _, trainer in cases:
@@ -572,7 +581,8 @@ def measure(repeats: int = 15) -> Calibration:
     cal = Calibration(gemm_flops, copy_bandwidth, cross_bw, copy_launch, call, update, fits,
                       memory, platform.node(), os.cpu_count() or 1, repeats, curves)
     points = _task_points(cal.profile())
-    return replace(cal, task_seconds=fit_task_seconds(points), task_points=points)
+    return replace(cal, task_seconds=fit_task_seconds([p for p in points if p.workers > 1]),
+                   bulk_task_seconds=fit_task_seconds([p for p in points if p.workers == 1]), task_points=points)
 
 
 def calibration(path: Path | None = DEFAULT_CACHE, recalibrate: bool = False, repeats: int = 15) -> Calibration:
@@ -612,8 +622,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     cal = calibration(args.cache, args.recalibrate)
     print(f"cpu profile of {cal.host} ({cal.cores} cores), {time.perf_counter() - start:.1f} s; GEMM "
           f"{cal.gemm_flops / 1e9:.1f} GFLOP/s, copy {cal.copy_bandwidth / 1e9:.1f} GB/s, executor call "
-          f"{cal.call_seconds * 1e6:.0f} us, per task {cal.task_seconds * 1e6:.2f} us "
-          f"({len(cal.task_points)} cases of the calibration graph)")
+          f"{cal.call_seconds * 1e6:.0f} us, per task {cal.task_seconds * 1e6:.2f} us, bulked (one context) "
+          f"{(cal.bulk_task_seconds or 0.0) * 1e6:.2f} us ({len(cal.task_points)} cases of the calibration graph)")
     print("class           R                h         a     L (us)  fit: cases |err|  held out: cases median worst")
     errors = []
     for name, f in cal.curves.items():

@@ -27,8 +27,10 @@ The rules (MXNet 1.9.1's ``ThreadedEnginePerDevice``; numbers named where they a
   a profile without curves: the roofline of its class rates, :func:`tofu.sim.kernels.from_rates`) plus
   ``profile.task_seconds``, the fixed cost of one op inside a large bound graph (the ``cpu`` profile's is
   measured on a calibration graph by :mod:`tofu.sim.calibrate`; the GPU profiles': 0); an update takes its
-  kernel time alone (:func:`task_seconds`). The iteration's time is the last task's end plus
-  ``profile.step_seconds`` (the executor's fixed cost per iteration).
+  kernel time alone (:func:`task_seconds`). A program that MXNet's executor runs in bulk segments
+  (:func:`bulks`: every task on one device, no copy) charges ``profile.bulk_task_seconds`` instead (None:
+  ``task_seconds``). The iteration's time is the last task's end plus ``profile.step_seconds`` (the executor's
+  fixed cost per iteration).
 
 Memory: a tensor is held on its device from the start of the task that writes it to the end of its last
 reader (a tensor nothing reads: to its writer's end); parameters, their gradient arrays, optimizer state and
@@ -127,16 +129,35 @@ def kernel_seconds(task: Task, profile: Profile) -> float:
     return kernels.seconds(task.op_class, task.flops, task.nbytes, kernels.kernel_model(profile), launch)
 
 
-def task_seconds(task: Task, profile: Profile, kernel_time: KernelTime = kernel_seconds) -> float:
+def bulks(program: Program) -> bool:
+    """Whether MXNet's executor runs every op of ``program`` inside a bulk segment: every task on one device and
+    no copy.
+
+    MXNet 1.9.1 (``GraphExecutor::InitOpSegs``, ``BulkOpSegs``, ``CreateCachedSegOpr`` in
+    ``src/executor/graph_executor.cc``), with ``MXNET_EXEC_BULK_EXEC_TRAIN`` on (the default), cuts a training
+    graph's forward nodes, then its backward nodes, in topological order into segments of at most
+    ``MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD`` / ``_BWD`` (15) ops, ending one at every op that is not
+    synchronous (a ``_CrossDeviceCopy``); a segment whose ops all run on one context is pushed as one engine op,
+    any other op by op. On one context without copies every op is in such a segment. A multi-context graph
+    bulks only the segments that happen to lie on one context, which depends on MXNet's topological order (not
+    the program's): not modelled, the ``cpu`` profile's ``task_seconds`` is fitted on such graphs as they come.
+    """
+    return not any(t.kind is TaskKind.COPY for t in program.tasks) and len({t.device for t in program.tasks}) <= 1
+
+
+def task_seconds(task: Task, profile: Profile, kernel_time: KernelTime = kernel_seconds,
+                 bulked: bool = False) -> float:
     """What one task holds its stream for, beside a copy's bytes: a compute task its kernel time plus
-    ``profile.task_seconds``; a copy its latency ``profile.copy_launch`` plus ``profile.task_seconds``; an update
-    its kernel time alone (its launch, ``update_launch_seconds``, is measured on the imperative call the runtime
-    makes, which holds an op's fixed cost already)."""
+    ``profile.task_seconds`` (``bulked``, an op of a program that :func:`bulks`: ``profile.bulk_task_seconds``
+    when the profile has one); a copy its latency ``profile.copy_launch`` plus ``profile.task_seconds``; an
+    update its kernel time alone (its launch, ``update_launch_seconds``, is measured on the imperative call the
+    runtime makes, which holds an op's fixed cost already)."""
     if task.kind is TaskKind.COPY:
         return profile.copy_launch + profile.task_seconds
     if task.kind is TaskKind.UPDATE:
         return kernel_time(task, profile)
-    return kernel_time(task, profile) + profile.task_seconds
+    fixed = profile.bulk_task_seconds if bulked and profile.bulk_task_seconds is not None else profile.task_seconds
+    return kernel_time(task, profile) + fixed
 
 
 def max_min_rates(routes: Mapping[int, Sequence[Link]], capacity: Mapping[Link, float]) -> dict[int, float]:
@@ -207,7 +228,8 @@ class _Simulation:
         for t in program.tasks:
             for d in t.deps:
                 self.successors[d].append(t.id)
-        self.duration = [task_seconds(t, profile, kernel_time) for t in program.tasks]
+        bulked = bulks(program)
+        self.duration = [task_seconds(t, profile, kernel_time, bulked) for t in program.tasks]
         pairs: dict[tuple[int, int], tuple[Link, ...]] = {}
         self.routes: dict[int, tuple[Link, ...]] = {}
         for t in program.tasks:

@@ -157,6 +157,10 @@ class Profile:
         task_seconds: fixed cost of every op the engine runs (kernel, update, copy) beyond its kernel curve and
             latency: what one operator costs inside a large bound graph (executor and engine bookkeeping) that a
             one-operator calibration does not see; 0: not modelled.
+        bulk_task_seconds: what an op costs instead of ``task_seconds`` when MXNet's executor runs it inside a bulk
+            segment, one engine op for up to 15 ops of one context (``MXNET_EXEC_BULK_EXEC_TRAIN``, on by default):
+            every op of a program on one device without copies (:func:`tofu.sim.engine.bulks`); None:
+            ``task_seconds``.
     """
 
     name: str
@@ -178,6 +182,7 @@ class Profile:
     kernels: KernelModel | None = None
     classes: tuple[tuple[OpClass, ClassRate], ...] = ()
     task_seconds: float = 0.0
+    bulk_task_seconds: float | None = None
 
     def rate(self, op_class: OpClass) -> ClassRate:
         """The class's rates (a class the profile lacks: efficiencies 1, ``launch_seconds``)."""
@@ -222,6 +227,8 @@ class Profile:
     def __post_init__(self):
         if self.task_seconds < 0:
             raise ValueError(f"profile {self.name}: task_seconds {self.task_seconds} must not be negative")
+        if self.bulk_task_seconds is not None and self.bulk_task_seconds < 0:
+            raise ValueError(f"profile {self.name}: bulk_task_seconds {self.bulk_task_seconds} must not be negative")
         if self.copy_engines < 0:
             raise ValueError(f"profile {self.name}: copy_engines {self.copy_engines} must not be negative")
         if self.host_sharing < 1 or self.host_memory_bytes < 0:
@@ -430,6 +437,7 @@ PARAMETER_SOURCES: dict[str, dict[str, str]] = {
         "copy_launch_seconds": "assumed: the launch cost (per-transfer latency)",
         "copy_engines": "MXNet 1.9.1 MXNET_GPU_COPY_NTHREADS default 2 (docs faq/env_var.md)",
         "task_seconds": "not modelled (0): the kernel curves' launch L is fitted to published kernel times",
+        "bulk_task_seconds": "none: task_seconds (not modelled)",
     },
     "v100x8": {
         "devices": "AWS p3.16xlarge: 8 V100 (the paper's second machine type)",
@@ -448,6 +456,7 @@ PARAMETER_SOURCES: dict[str, dict[str, str]] = {
         "copy_launch_seconds": "assumed: the launch cost (per-transfer latency)",
         "copy_engines": "MXNet 1.9.1 MXNET_GPU_COPY_NTHREADS default 2 (docs faq/env_var.md)",
         "task_seconds": "not modelled (0): the kernel curves' launch L is fitted to published kernel times",
+        "bulk_task_seconds": "none: task_seconds (not modelled)",
     },
     "cpu": {
         "devices": "CPU contexts cpu(0..63) of this machine (a plan may use any number)",
@@ -459,5 +468,7 @@ PARAMETER_SOURCES: dict[str, dict[str, str]] = {
                                       "classes", "step_seconds", "update_launch_seconds", "copy_launch_seconds")},
         "task_seconds": "measured here on a calibration graph (tofu.sim.calibrate.glue_net, not a validation model), "
                         "trained on 2 and 4 contexts: `python -m tofu.sim.calibrate --recalibrate`",
+        "bulk_task_seconds": "measured here on the same calibration graph trained on one context, where MXNet's "
+                             "executor bulks every op: `python -m tofu.sim.calibrate --recalibrate`",
     },
 }
