@@ -80,8 +80,8 @@ def render_shared(sources: list[Rows]) -> str:
 
 def render_faithful(sources: list[Rows]) -> str:
     """Megatron-LM + SP by the formula (``megatron_sp_bytes``) beside the faithful ``megatron-vp`` plan, the
-    runnable ``megatron``, Tofu and data parallelism (GB per iteration; n/a: the algorithm refuses the case), and
-    Tofu over the formula."""
+    runnable ``megatron``, Tofu and data parallelism (GB per iteration; n/a: the algorithm refuses the case),
+    Tofu over the formula, and the planner's memory of the fullest device (GiB) under Tofu and ``megatron-vp``."""
     by, cases, _ = _index(sources)
 
     def gb(case, a):
@@ -89,6 +89,11 @@ def render_faithful(sources: list[Rows]) -> str:
         if r is None:
             return "-"
         return f"{float(r['comm_bytes']) / 1e9:.2f}" if r["status"] == "ok" else "n/a"
+
+    def memory(case, a):
+        r = by.get((*case, a))
+        ok = r is not None and r["status"] == "ok" and r.get("per_device_total_bytes")
+        return f"{float(r['per_device_total_bytes']) / 2**30:.1f}" if ok else "-"
 
     lines = []
     for case in cases:
@@ -98,9 +103,11 @@ def render_faithful(sources: list[Rows]) -> str:
         tofu = by.get((*case, "tofu"))
         ratio = f"{float(tofu['comm_bytes']) / formula:.2f}" if formula and tofu and tofu["status"] == "ok" else "-"
         lines.append([*map(str, case), f"{formula / 1e9:.2f}" if formula else "n/a",
-                      *(gb(case, a) for a in ("megatron-vp", "megatron", "tofu", "data-parallel")), ratio])
+                      *(gb(case, a) for a in ("megatron-vp", "megatron", "tofu", "data-parallel")), ratio,
+                      *(memory(case, a) for a in ("tofu", "megatron-vp"))])
     return markdown_table(["model", "batch", "k", "Megatron-LM + SP (formula)", "megatron-vp (faithful)",
-                           "megatron (runnable)", "tofu", "data parallel", "tofu / formula"], lines)
+                           "megatron (runnable)", "tofu", "data parallel", "tofu / formula",
+                           "tofu GiB / device", "megatron-vp GiB / device"], lines)
 
 
 TABLES = {"transformer-comm": DocTable(render_comm), "transformer-shared": DocTable(render_shared),
