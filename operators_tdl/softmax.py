@@ -4,8 +4,9 @@ softmax_cross_entropy.
 Every op is one helper, :func:`_softmax`: the row maximum and the row sum of exponentials are intermediate
 ``compute`` tensors (nested reductions over the softmax axes), and the output divides by (or, for the log
 form, subtracts the log of) the row sum. Split along the softmax axis, the row maximum and row sum are exchanged
-(all-reduced max, then sum); softmax, softmin, log_softmax and SoftmaxActivation declare expansions that run
-such shards with MXNet operators (``tdl_expansion``); SoftmaxOutput does not (see the comment after it).
+(all-reduced max, then sum); every op but softmax_cross_entropy declares an expansion that runs such shards with
+MXNet operators (``tdl_expansion``); SoftmaxOutput's keeps MXNet's backward, local to each shard (the
+vocabulary-parallel cross-entropy of Megatron-LM).
 softmax_cross_entropy sums the log form over the batch: a batch split is a partition-n-reduce.
 """
 from __future__ import annotations
@@ -132,6 +133,12 @@ def log_softmax_exchange(pieces, shapes, attrs: SoftmaxAttrs, allreduce):
 class SoftmaxOutputAttrs:
     multi_output: bool = False
     preserve_shape: bool = False
+    # the backward's attributes (the forward does not read them): what the expansion can run
+    grad_scale: float = 1.0
+    normalization: str = "null"
+    use_ignore: bool = False
+    smooth_alpha: float = 0.0
+    out_grad: bool = False
 
 
 @tdl_op("SoftmaxOutput", inputs=("data", "label"), attrs=SoftmaxOutputAttrs, cases=[
@@ -154,10 +161,54 @@ def softmax_output(data: TensorVar, label: TensorVar, attrs: SoftmaxOutputAttrs)
     return lambda *i: uses(out(*i), label.at(label_dims(i), valid=(0, classes - 1)))
 
 
-# SoftmaxOutput declares no expansion on purpose: its backward ignores the head gradient and returns
-# (softmax - one_hot(label)) * grad_scale (normalization, ignore_label, ...). An expansion into plain operators
-# (max, exp, sum, div) would let MXNet differentiate the softmax itself and chain the head gradient through it,
-# which changes the training semantics. Its strategies that exchange statistics therefore stay unrunnable.
+def _softmax_output_refusal(attrs: SoftmaxOutputAttrs, shapes: Sequence[Sequence[int]]) -> str | None:
+    """Why :func:`softmax_output_exchange` cannot run SoftmaxOutput with ``attrs`` on inputs of ``shapes``
+    (None when it can): it runs the softmax over the last axis (2-D data, or preserve_shape) and MXNet's
+    default backward, the gradient scaled by grad_scale alone."""
+    ndim = len(shapes[0])
+    if ndim != 2 and (attrs.multi_output or not attrs.preserve_shape):
+        return f"data of rank {ndim}: the expansion splits the last axis only (2-D data, or preserve_shape)"
+    if attrs.normalization != "null":
+        return f"normalization '{attrs.normalization}' (the expansion runs 'null')"
+    if attrs.use_ignore or attrs.smooth_alpha or attrs.out_grad:
+        return "use_ignore, smooth_alpha or out_grad (the expansion runs none of them)"
+    return None
+
+
+@tdl_expansion("SoftmaxOutput", statistics_gradient=False, refuses=_softmax_output_refusal)
+def softmax_output_exchange(pieces, shapes, attrs: SoftmaxOutputAttrs, allreduce, origins):
+    """SoftmaxOutput on shards of its class axis (the last; Megatron-LM's vocabulary-parallel cross-entropy).
+
+    Forward, the softmax expansion (:func:`_softmax_exchange`): worker w holds p_w = exp(x_w - m) / s, the row
+    max m and the row sum of exponentials s all-reduced. Backward, MXNet's SoftmaxOutput, local to each worker
+    and independent of the gradient arriving at the output (a loss): dx_w = (p_w - one_hot(label - o_w, c_w))
+    * grad_scale, with o_w the first class of w's shard and c_w its width (a label outside the shard: a zero
+    row). MXNet differentiates what it runs, so the output is built to have exactly that gradient:
+
+        out_w = p_w + 0 * MakeLoss(x_w * (p_w - one_hot(label - o_w, c_w)) * grad_scale)
+
+    with p_w computed from BlockGrad(x_w): its value is p_w and only MakeLoss passes a gradient, which ignores
+    the one arriving and sends its input's factor to x_w. The statistics carry no gradient: the backward pass
+    exchanges nothing (``statistics_gradient=False``).
+
+    Raises:
+        TDLError: attributes or shapes it cannot run (:func:`_softmax_output_refusal`).
+    """
+    import mxnet as mx
+
+    reason = _softmax_output_refusal(attrs, shapes[0])
+    if reason is not None:
+        raise TDLError(f"SoftmaxOutput: no expansion for {reason}")
+    ndim = len(shapes[0][0])
+    blocked = [[mx.sym.BlockGrad(p[0])] for p in pieces]
+    probs = _softmax_exchange(blocked, ndim, [ndim - 1], 1.0, False, allreduce)
+    outs = []
+    for (x, label), (p,), shape, origin in zip(pieces, probs, shapes, origins):
+        first, width = origin[0][-1], shape[0][-1]
+        target = mx.sym.one_hot(label - first if first else label, depth=width)
+        delta = (p - target) * attrs.grad_scale if attrs.grad_scale != 1.0 else p - target
+        outs.append([p + mx.sym.MakeLoss(x * delta) * 0.0])
+    return outs
 
 
 @dataclass(frozen=True)

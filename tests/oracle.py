@@ -18,7 +18,8 @@ each worker needs and does not have:
   as the data half of Concat(data, f1)), followed region by region from the variables;
 * a statistics exchange over the n workers that differ only at its steps: 2 (n - 1) |S| per group when
   |S| >= n, n (n - 1) |S| otherwise (every device reads every partial), and as much for its gradient when
-  the tensor it is computed from has one; S as the analysis sizes the statistic on the worker's piece;
+  the tensor it is computed from has one and the op is not a loss (a loss's backward is its own, local);
+  S as the analysis sizes the statistic on the worker's piece;
 * ``kept``: the forward part of the input receipts of ops that keep their inputs for the backward pass
   (the remote regions a device holds until then); ``kept_per_device``: the same per device, each remote cell
   once (the runtime's one copy, read by every op there);
@@ -191,11 +192,13 @@ def count(graph: Graph, plan) -> Count:
     largest = 0
     sent: set = set()
 
-    def charge(t, elements, key=None, label=None, group=None, node=None, keeps=False, cells=None, back=None):
+    def charge(t, elements, key=None, label=None, group=None, node=None, keeps=False, cells=None, back=None,
+               grad=None):
         """``cells``: the remote cells of an input piece, each sent once per device (``shared``); ``back``:
-        whether ``shared`` counts the backward pass (default: the tensor has a gradient)."""
+        whether ``shared`` counts the backward pass (default: the tensor has a gradient); ``grad``: whether both
+        totals do (default: the tensor has a gradient)."""
         nonlocal shared_total, kept_total
-        b = elements * item[t] * (1 + (t in grads))
+        b = elements * item[t] * (1 + ((t in grads) if grad is None else grad))
         label = label or graph.tensors[t].name
         if key is None or (group, key) not in sent:
             per_tensor[label] = per_tensor.get(label, 0.0) + b
@@ -281,7 +284,9 @@ def count(graph: Graph, plan) -> Count:
 
 def _exchange(node, view, calls, factors, choices, charge):
     """The statistics all-reduce of an op run by its expansion: 2 (n - 1) |S| per group of the n workers that
-    differ only at the exchange steps, |S| the statistic as the analysis sizes it on the group's pieces."""
+    differ only at the exchange steps, |S| the statistic as the analysis sizes it on the group's pieces; as
+    much backward when the input it is computed from has a gradient, unless the op is a loss (its backward
+    ignores the gradient arriving at its output, so none reaches the statistics: SoftmaxOutput's is local)."""
     from tofu.analysis.strategies import strategies
 
     steps = calls[0].exchange_steps
@@ -301,5 +306,5 @@ def _exchange(node, view, calls, factors, choices, charge):
         # its gradient flows back to the input it is computed from, and is exchanged when that has a gradient
         # a reduce-scatter and an all-gather when the statistic has n elements or more; else all to all
         moved = sum(2 * (n - 1) * e if e >= n else n * (n - 1) * e for e in found[0].exchange_elements)
-        charge(node.inputs[0], moved, label=f"op:{node.name}")
+        charge(node.inputs[0], moved, label=f"op:{node.name}", grad=False if node.op in LOSS_OPS else None)
 

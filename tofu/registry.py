@@ -6,7 +6,9 @@ module is imported; :func:`load_builtin_operators` imports them all, explicitly.
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tofu.errors import DuplicateRegistrationError, UnsupportedOperatorError
@@ -15,7 +17,39 @@ if TYPE_CHECKING:
     from tofu.tdl.describe import OpSpec
 
 REGISTRY: dict[str, "OpSpec"] = {}
-EXPANSIONS: dict[str, Callable] = {}
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """How an op runs a strategy that exchanges partial statistics (``tofu.tdl.describe.tdl_expansion``).
+
+    Called as its function: ``(pieces, shapes, attrs, allreduce)``, plus ``origins`` (where each worker's
+    input pieces start in the whole inputs) for an expansion that declares that parameter.
+    ``statistics_gradient``: whether the statistics carry a gradient, all-reduced in the backward pass as the
+    statistics were forward (BatchNorm's mean and variance); False when the expansion stops it (a loss whose
+    backward is local). ``refuses``: ``(attrs, input_shapes) -> reason or None``, the cases it cannot run."""
+
+    run: Callable
+    statistics_gradient: bool = True
+    refuses: Callable | None = None
+
+    @property
+    def reads_origins(self) -> bool:
+        return "origins" in inspect.signature(self.run).parameters
+
+    def __call__(self, pieces, shapes, attrs, allreduce, origins=None):
+        if self.reads_origins:
+            if origins is None:
+                raise TypeError(f"{self.run.__name__}: needs the origins of the workers' pieces")
+            return self.run(pieces, shapes, attrs, allreduce, origins=origins)
+        return self.run(pieces, shapes, attrs, allreduce)
+
+    def runs(self, attrs, input_shapes) -> bool:
+        """Whether it runs the op with typed ``attrs`` on inputs of ``input_shapes`` (the whole op's)."""
+        return self.refuses is None or self.refuses(attrs, input_shapes) is None
+
+
+EXPANSIONS: dict[str, Expansion] = {}
 """op -> how to run a strategy that exchanges partial statistics (see ``tdl_expansion``)."""
 
 
@@ -30,13 +64,13 @@ def register(op: str, spec: "OpSpec") -> None:
     REGISTRY[op] = spec
 
 
-def register_expansion(op: str, fn: Callable) -> None:
+def register_expansion(op: str, expansion: Expansion) -> None:
     if op in EXPANSIONS:
         raise DuplicateRegistrationError(f"operator '{op}' has two expansions")
-    EXPANSIONS[op] = fn
+    EXPANSIONS[op] = expansion
 
 
-def expansion(op: str) -> Callable | None:
+def expansion(op: str) -> Expansion | None:
     load_builtin_operators()
     return EXPANSIONS.get(op)
 

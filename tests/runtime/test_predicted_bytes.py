@@ -40,7 +40,8 @@ def _run_json(capsys, *argv) -> dict:
 
 def test_a_batch_the_workers_do_not_divide_moves_what_it_predicts(capsys):
     doc = _run_json(capsys, "mlp", "--batch", "7", "--workers", "2")
-    assert doc["measured_comm_bytes"] == doc["predicted_comm_bytes"] == 5360
+    # the loss is split along its 10 classes (SoftmaxOutput's expansion): 5192 bytes; computed whole, 5360
+    assert doc["measured_comm_bytes"] == doc["predicted_comm_bytes"] == 5192
 
 
 @pytest.mark.parametrize("batch, k", [(1, 4), (3, 8), (2, 8)])

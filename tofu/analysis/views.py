@@ -74,9 +74,11 @@ _CALLS: dict = {}
 
 def runnable(op, attrs, desc, s: PartitionStrategy) -> bool:
     """Whether the strategy can be run: MXNet's kernel on the shards (checked on the border workers and one
-    interior one, which differs from the others by its offset only), or the op's declared expansion."""
+    interior one, which differs from the others by its offset only), or the op's declared expansion, where it
+    does not refuse the op's attributes and shapes."""
     if s.exchanges:
-        return registry.expansion(op) is not None
+        expansion = registry.expansion(op)
+        return expansion is not None and expansion.runs(desc.attrs, tuple(t.shape for t in desc.inputs))
     return all(kernel_call(op, attrs, desc, s, w) is not None for w in sorted({0, min(1, s.k - 1), s.k - 1}))
 
 

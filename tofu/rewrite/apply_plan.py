@@ -311,8 +311,9 @@ class _Rewriter:
             devices = [c.worker for c in members]
             pieces = [self._inputs(node, c) for c in members]
             shapes = [[box_shape(p.box) for p in c.inputs] for c in members]
+            origins = [[tuple(lo for lo, _ in p.box) for p in c.inputs] for c in members]
             outs = expand(pieces, shapes, attrs,
-                          lambda parts, reducer="sum", d=devices: self._allreduce(node, parts, d, reducer))
+                          lambda parts, reducer="sum", d=devices: self._allreduce(node, parts, d, reducer), origins)
             for c, out in zip(members, outs):
                 results[c.worker] = list(out)
         return [results[c.worker] for c in calls]

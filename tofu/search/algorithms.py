@@ -70,11 +70,6 @@ ALGORITHMS: dict[str, tuple[Callable, str]] = {
 GENERAL_ALGORITHMS: tuple[str, ...] = tuple(a for a in ALGORITHMS if not a.startswith("megatron"))
 """The algorithms that plan any graph (``megatron`` and ``megatron-vp`` plan the transformers of
 tofu.models.transformer only)."""
-COSTED_ONLY: frozenset[str] = frozenset({"megatron-vp"})
-"""Algorithms whose plans may use strategies the runtime cannot run yet: ``megatron-vp``'s vocabulary-parallel
-cross-entropy is SoftmaxOutput split along the vocabulary, a statistics exchange without an expansion
-(operators_tdl/softmax.py). Their plans are costed by the cost model (``to_plan`` keeps the search's own
-count when the runtime's recount refuses the plan)."""
 
 
 @contextlib.contextmanager
@@ -129,7 +124,7 @@ def _plan(graph: Graph, workers: int, algo: str, concurrent: bool = False) -> Pl
                     if cost is not None and cost >= total_cost(candidates[0]):
                         break           # it would lose (ties: the first); else it is searched here again
                 try:
-                    candidates.append(search(graph, order, solver, coarse, runnable_only=algo not in COSTED_ONLY))
+                    candidates.append(search(graph, order, solver, coarse))
                 except TofuError as e:
                     log.info("%s: cuts %s fail: %s", algo, order, e)
                     failures.append(e)
@@ -254,8 +249,7 @@ def replay(graph: Graph, plan: Plan) -> Plan:
     coarse = coarsen(graph)
     try:
         with _no_gc():
-            steps = search(graph, factors, fixed, coarse, runnable_only=plan.algo not in COSTED_ONLY) \
-                if plan.workers > 1 else ()
+            steps = search(graph, factors, fixed, coarse) if plan.workers > 1 else ()
     except SearchError as e:
         raise PlanError(f"the plan cannot be replayed: {e}") from None
     replayed = to_plan(graph, plan.workers, plan.algo, steps, plan.search_seconds or time.perf_counter() - start,

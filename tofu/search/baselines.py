@@ -166,8 +166,7 @@ def megatron_sp_bytes(layers: int, batch: int, seq: int, hidden: int, workers: i
 
 def megatron_vp(p: CutProblem) -> CutSolution:
     """:func:`megatron` with Megatron-LM's vocabulary-parallel head (:data:`VOCAB_PARALLEL_DIMS`): the faithful
-    baseline, costed only (``algorithms.COSTED_ONLY``: SoftmaxOutput split along the vocabulary has no expansion
-    the runtime can run yet)."""
+    baseline (SoftmaxOutput split along the vocabulary runs by its expansion, operators_tdl/softmax.py)."""
     return megatron(p, vocab_parallel=True)
 
 
@@ -177,9 +176,9 @@ def megatron(p: CutProblem, vocab_parallel: bool = False) -> CutSolution:
     :data:`MEGATRON_DIMS` and every block op splits as Megatron splits it (its output on that dimension; the
     row-parallel ones their reduction); with ``vocab_parallel`` (``megatron-vp``) the head likewise: the final
     LayerNorm by the sequence, the output projection column-parallel over the vocabulary, the softmax
-    cross-entropy split along the vocabulary with each row's max and sum of exponentials all-reduced (a
-    strategy the runtime cannot run yet: the plan is costed, see ``algorithms.COSTED_ONLY``); without it the
-    head takes its optimum among runnable strategies, and the plan runs. The tensors it does not name (LayerNorm parameters, the
+    cross-entropy split along the vocabulary with each row's max and sum of exponentials all-reduced; without
+    it the head takes its optimum among runnable strategies (which, since SoftmaxOutput's vocabulary split runs,
+    is usually the same split). The tensors it does not name (LayerNorm parameters, the
     row-parallel biases, the embeddings, the causal mask, which every device makes itself) and every op's
     strategy take their optimum given those, by :func:`~tofu.search.dp.solve_dp` on the restricted problem.
 

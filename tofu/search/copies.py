@@ -18,7 +18,8 @@ every worker's call as :func:`tofu.analysis.compose.compose` gives it, and keeps
 * a cell crosses back in the backward pass when its tensor has a gradient and the piece it is cut from
   depends on a variable with one (a piece of Concat(data, f1) made of data alone has none: MXNet prunes its
   backward, though the tensor has a gradient); a statistics exchange moves
-  2 (n - 1) |S|, and its gradient as much when the tensor the statistic is computed from has a gradient.
+  2 (n - 1) |S|, and its gradient as much when the tensor the statistic is computed from has a gradient and
+  the op's expansion lets the statistic carry it (SoftmaxOutput's does not: its backward is local).
 
 The search's cost model (cost.py) charges every op for its own pieces, which keeps a cut's cost separable
 for the solvers; this count equals it but where several ops on a device read one cell or a piece feeds
@@ -33,6 +34,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from tofu import registry
 from tofu.analysis.compose import OpChoice, compose, coordinates, held_box
 from tofu.analysis.views import NodeView
 from tofu.graph.ir import LOSS_OPS, Graph, Role
@@ -231,14 +233,16 @@ class _Replay:
         """The statistics all-reduce of an op run by its expansion (:func:`allreduce_elements` of each statistic
         S, 2 (n - 1) |S| when |S| >= n) per group of the n workers that
         differ only at the exchange steps, and as much for its gradient when the op's first input (the tensor the
-        statistic is computed from) has one (Gluon's resnet v2 normalises the data itself: no gradient there)."""
+        statistic is computed from) has one (Gluon's resnet v2 normalises the data itself: no gradient there) and
+        the op's expansion lets the statistic carry it (``statistics_gradient``)."""
         from tofu.analysis.strategies import strategies
 
         steps = calls[0].exchange_steps
         n = math.prod(self.factors[j] for j in steps)
         var = self.choices[node.id][steps[-1]].var
         data = self.graph.tensors[node.inputs[0]]          # the statistic is computed from it: its gradient
-        scale = np.dtype(data.dtype).itemsize * (1 + (data.id in self.grads))    # is exchanged when data has one
+        backward = data.id in self.grads and registry.expansion(node.op).statistics_gradient  # is exchanged too
+        scale = np.dtype(data.dtype).itemsize * (1 + backward)
         total, seen = 0.0, set()
         for call in calls:
             key = tuple(c for j, c in enumerate(self.coords[call.worker]) if j not in steps)

@@ -14,7 +14,7 @@ those alone, as a reshaped label or an RNN's zero begin state), the cost charged
     input i     sum_w |R_w(s, i) \ H_w(i, d)| - |R_G(i) \ H_G(i)|                             x (1 + g(i))
     parameter   sum_{w > 0} |R_w(s, i) & H_G(i)|    (replicated: read from the group's first worker)  x 2 g(i)
     output o    sum_w (m |H_w(o, d)| - |H_w(o, d) & P_w(s, o)|) - (n |H_G(o)| - |H_G(o) & P_G(o)|)  x (1 + g(o))
-    exchange    2 (k - 1) |S|, |S| >= k; k (k - 1) |S|, |S| < k  (all-reduce of a partial statistic S)  x (1 + g(0))
+    exchange    2 (k - 1) |S|, |S| >= k; k (k - 1) |S|, |S| < k  (all-reduce of a partial statistic S)  x (1 + g(0) b)
 
 The output term counts what every holder receives: its held box from each of the m partial-sum classes
 (m = n k when s reduces o, n the classes earlier cuts left; each class's pieces cover the tensor) but the
@@ -24,7 +24,9 @@ steps' costs add up to each worker's final pieces against its final held boxes, 
 moves (tests/oracle.py counts it independently). Backward is the adjoint of forward: a fetched input region
 becomes a reduced gradient region, a reduce-scatter of partial outputs an all-gather of the output
 gradient, a conversion is converted back. Auxiliary states and zeroed inputs (a bias that a reduction split
-counts on one worker) are never sent. A loss op computed whole runs on one worker (the runtime reads one copy
+counts on one worker) are never sent. b = 1 when the op's expansion lets the statistics carry a gradient (BatchNorm's
+mean and variance), 0 when it stops it (SoftmaxOutput's backward is local: ``tdl_expansion``'s
+``statistics_gradient``). A loss op computed whole runs on one worker (the runtime reads one copy
 of each piece of a loss; MXNet runs no other), which alone reads its inputs; an output that no op reads is not
 converted (a graph output is handed out as computed, unless left in partial sums), and a loss op's output has
 no gradient. Tied ops (the timesteps of an RNN layer) that read the same tensor fetch it once per iteration,
@@ -52,6 +54,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from tofu import registry
 from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, SplitDim, strategies
 from tofu.analysis.views import NodeView, kernel_call, next_view, runnable  # noqa: F401 (re-exported)
 from tofu.errors import SearchError, TofuError
@@ -495,6 +498,8 @@ def _with_costs(sig, whole, grads, items, roles, held, windows, classes, done):
     every worker's final pieces against its final held boxes. Each input's and output's costs depend on its
     own box only, and are cached apart (groups differ in one tensor's box more often than in all)."""
     found = _strategies(*sig)[whole]
+    expansion = registry.expansion(sig[0]) if any(s.exchanges for s in found) else None
+    backward = expansion is None or expansion.statistics_gradient
     n_in = len(sig[2])
     ins = [_input_costs(sig, whole, i, held[i], windows[i], roles[i], grads[i], items[i]) for i in range(n_in)]
     outs = [_output_costs(sig, whole, o, held[n_in + o], classes[o], done, grads[n_in + o], items[n_in + o],
@@ -502,7 +507,8 @@ def _with_costs(sig, whole, grads, items, roles, held, windows, classes, done):
     result = []
     for j, s in enumerate(found):
         # the all-reduce of each partial statistic, and of its gradient when the input it is computed from has one
-        const = sum(allreduce_elements(n, sig[4]) * items[0] * (1 + grads[0]) for n in s.exchange_elements)
+        # and the expansion lets the statistic carry it
+        const = sum(allreduce_elements(n, sig[4]) * items[0] * (1 + grads[0] * backward) for n in s.exchange_elements)
         result.append((s, const, tuple(c[j][0] for c in ins) + tuple(c[j] for c in outs),
                        tuple(c[j][1] for c in ins)))
     return tuple(result)

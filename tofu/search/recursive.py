@@ -95,7 +95,8 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
             problem, index = build_runnable_cut(graph, coarse, shapes, groups, f)
             solution = solver(problem)
         else:
-            problem, index, solution = _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only)
+            problem, index, solution = _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only,
+                                                       factors[j + 1] if j + 1 < len(factors) else None)
         dims = tuple(problem.tensors[coarse.tensor_group[t.id]].choices[solution.x[coarse.tensor_group[t.id]]]
                      for t in graph.tensors)
         group_of = {nid: g for g, nodes in enumerate(index.group_nodes) for nid in nodes}
@@ -110,12 +111,15 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
     return tuple(steps)
 
 
-def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only):
+def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only, next_f=None):
     """Solves one cut over the strategies MXNet can run. Checking runnability is costly (shape inference and
     a proof per worker), so only the chosen strategies are checked (on every group's view); failing ones are
     excluded and the cut solved again. The result is optimal over the runnable strategies: it is optimal
     over a superset and uses runnable strategies only. Statistics exchanges, which are cheap and so often
-    chosen but need an expansion (SoftmaxOutput has none), are checked up front: that costs a lookup."""
+    chosen but need an expansion that runs the op's attributes, are checked up front: that costs a lookup;
+    so is, when a ``next_f``-way cut follows, whether an exchange leaves pieces that cut can split at all (a
+    loss on 10 classes split in 5s has no strategy at a second 2-way cut of batch 1, not even computed whole:
+    the op is computed whole at this cut instead)."""
     excluded: set = set()
     if runnable_only:
         seen = set()
@@ -127,7 +131,8 @@ def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only):
                     continue
                 seen.add(sig)
                 for s in signature_strategies(*sig, f):
-                    if s.exchanges and not runnable(view.op, view.attrs, _describe(view), s):
+                    if s.exchanges and (not runnable(view.op, view.attrs, _describe(view), s)
+                                        or (next_f and not _splits_again(view, s, next_f))):
                         excluded.add(strategy_key(view, s))
     while True:
         problem, index = build_cut(graph, coarse, shapes, groups, f, runnable_only, frozenset(excluded))
@@ -152,6 +157,13 @@ def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only):
         log.info("cut %d-way: %d chosen strategies cannot run (%s); solving again without them", f, len(failing),
                  ", ".join(sorted({f"{key[0]}:{key[5]}" for key in failing})))
         excluded |= failing
+
+
+def _splits_again(view: NodeView, s: PartitionStrategy, f: int) -> bool:
+    """Whether the first worker's pieces of ``view`` under ``s`` have a strategy for an ``f``-way cut."""
+    ins = tuple(r.shape if r is not None else shape for r, shape in zip(s.input_regions[0], view.in_shapes))
+    outs = tuple(r.shape for r in s.output_regions[0])
+    return bool(signature_strategies(view.op, view.attrs, ins, outs, f))
 
 
 def _describe(view: NodeView):

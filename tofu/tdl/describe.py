@@ -364,16 +364,25 @@ def _describe(op: str, attrs: Attrs, input_shapes: tuple, output_shapes: tuple, 
     return OpDescription(op, typed, tensors, tuple(outputs), spec.source)
 
 
-def tdl_expansion(op: str) -> Callable:
+def tdl_expansion(op: str, statistics_gradient: bool = True, refuses: Callable | None = None) -> Callable:
     """Declares how to run ``op`` with MXNet's simpler operators when a strategy exchanges partial statistics
     (nested reductions, e.g. BatchNorm split on the batch), which MXNet's fused kernel cannot do on a shard.
 
     The decorated function takes ``(pieces, shapes, attrs, allreduce)``: per worker its input symbols and
     their shapes, the op's typed attributes, and ``allreduce(partials, reducer="sum") -> combined`` (one symbol
-    per worker each way; ``reducer`` is "sum" or "max"; the caller places the reduction). It returns per worker
-    the list of output symbols.
+    per worker each way; ``reducer`` is "sum" or "max"; the caller places the reduction); a function that also
+    declares a keyword parameter ``origins`` receives per worker where each input piece starts in the whole
+    input (an index tuple per input). It returns per worker the list of output symbols.
+
+    Args:
+        op: the MXNet operator.
+        statistics_gradient: whether the statistics carry a gradient, which the backward pass all-reduces as
+            the forward did the statistics; False when the expansion stops it (SoftmaxOutput, whose backward is
+            local), so that the cost model charges the exchange once.
+        refuses: ``(attrs, input_shapes) -> reason or None``: the attributes and shapes the expansion cannot
+            run (their strategies that exchange statistics stay unrunnable).
     """
     def decorate(fn: Callable) -> Callable:
-        registry.register_expansion(op, fn)
+        registry.register_expansion(op, registry.Expansion(fn, statistics_gradient, refuses))
         return fn
     return decorate
