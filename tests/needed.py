@@ -38,7 +38,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from tests.oracle import _exchange, constants
+from tests.oracle import _exchange, constants, plan_tables
 from tofu.analysis.compose import compose, coordinates, held_box
 from tofu.analysis.views import NodeView
 from tofu.graph.ir import LOSS_OPS, Graph, Role
@@ -110,12 +110,7 @@ def _missing(reads: set, own: Box | None, computed) -> tuple[int, int]:
 def needed(graph: Graph, plan, exact: bool = False) -> Needed:
     """The bytes ``plan`` needs moved per iteration on ``graph`` (see the module docstring); ``exact``: a call
     that keeps part of what its kernel computes counts only what its kept part reads."""
-    factors = tuple(s.factor for s in plan.steps)
-    k = math.prod(factors)
-    step_dims = [dict(s.tensor_dims) for s in plan.steps]
-    step_choices = [dict(s.op_choices) for s in plan.steps]
-    dims = {t.id: tuple(d[t.name] for d in step_dims) for t in graph.tensors}
-    choices = {n.id: tuple(c[n.name] for c in step_choices) for n in graph.nodes}
+    factors, k, dims, choices = plan_tables(graph, plan)
     grads = graph.with_gradient
     item = {t.id: np.dtype(t.dtype).itemsize for t in graph.tensors}
     read = {t for n in graph.nodes for t in n.inputs}

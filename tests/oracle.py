@@ -153,13 +153,19 @@ def constants(graph: Graph) -> set[int]:
     return found
 
 
-def count(graph: Graph, plan) -> Count:
+def plan_tables(graph: Graph, plan) -> tuple[tuple[int, ...], int, dict, dict]:
+    """The plan read as the counts use it: the cuts' factors, the workers, every tensor's split dimension at
+    each cut (by tensor id) and every op's choice at each cut (by node id)."""
     factors = tuple(s.factor for s in plan.steps)
-    k = math.prod(factors)
     step_dims = [dict(s.tensor_dims) for s in plan.steps]
     step_choices = [dict(s.op_choices) for s in plan.steps]
     dims = {t.id: tuple(d[t.name] for d in step_dims) for t in graph.tensors}
     choices = {n.id: tuple(c[n.name] for c in step_choices) for n in graph.nodes}
+    return factors, math.prod(factors), dims, choices
+
+
+def count(graph: Graph, plan) -> Count:
+    factors, k, dims, choices = plan_tables(graph, plan)
     grads = graph.with_gradient
     item = {t.id: np.dtype(t.dtype).itemsize for t in graph.tensors}
     read = {t for n in graph.nodes for t in n.inputs}

@@ -7,6 +7,7 @@ import mxnet as mx
 import numpy as np
 import pytest
 
+from tests.analysis.test_exchange import _allreduce
 from tofu import registry
 from tofu.analysis.shard import combine
 from tofu.analysis.strategies import strategies
@@ -15,15 +16,6 @@ from tofu.errors import TDLError
 from tofu.graph.attrs import Attrs
 from tofu.graph.single_op import infer_op_shapes
 from tofu.tdl.describe import describe, typed_attrs
-
-
-def _allreduce(parts, reducer="sum"):
-    if reducer == "sum":
-        combined = mx.sym.add_n(*parts)
-    else:
-        assert reducer == "max", reducer
-        combined = mx.sym.max(mx.sym.stack(*parts, axis=0), axis=0)
-    return [combined] * len(parts)
 
 
 def _class_split(attrs, shapes, k):
