@@ -49,13 +49,13 @@ def run_one(graph, workers: int, algo: str, shared: bool) -> dict:
             "per_device_total_bytes": mem["total"], "per_device_fetched_bytes": mem.get("fetched", 0)}
 
 
-def _formula(model: str, batch: int, k: int) -> str:
+def _formula(model: str, batch: int, k: int, seq_len: int | None = None) -> str:
     """Megatron-LM + sequence parallelism's bytes by the formula (``baselines.megatron_sp_bytes``), for a named
-    GPT whose heads k divides; '' otherwise."""
+    GPT whose heads k divides (``seq_len``: tokens per sequence, default the model's); '' otherwise."""
     c = CONFIGS.get(model)
     if c is None or c.heads % k:
         return ""
-    return str(megatron_sp_bytes(c.layers, batch, c.seq_len, c.hidden, k))
+    return str(megatron_sp_bytes(c.layers, batch, seq_len or c.seq_len, c.hidden, k))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", default="gpt", help="'gpt' (all six) or comma-separated zoo names")
     p.add_argument("--workers", default="2,4,8")
     p.add_argument("--batches", default="1,8", help="sequences per batch (1024 tokens each)")
+    p.add_argument("--seq-len", type=int, default=None, help="tokens per sequence (default the model's, 1024)")
     p.add_argument("--algos", default="all", help=f"'all' (without ilp) or comma-separated of {', '.join(ALGOS)}")
     p.add_argument("--tag", default="latest")
     p.add_argument("--out-dir", type=Path, default=Path("results/transformer"))
@@ -85,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     for model in models:
         for batch in batches:
             try:
-                graph = load_graph(model, ModelOptions(batch=batch))
+                graph = load_graph(model, ModelOptions(batch=batch, seq_len=args.seq_len))
             except TofuError as e:
                 print(f"{model}: {e}", file=sys.stderr)
                 return 2
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                 for algo in algos:
                     t0 = time.perf_counter()
                     row = {"model": model, "batch": batch, "workers": k, "algo": algo,
-                           "megatron_sp_bytes": _formula(model, batch, k),
+                           "megatron_sp_bytes": _formula(model, batch, k, args.seq_len),
                            **run_one(graph, k, algo, algo in args.shared.split(","))}
                     writer.write(row)
                     print(f"{model:<9} b={batch:<3} k={k} {algo:<14} {row['status']:<6} "
