@@ -29,16 +29,25 @@ from tofu.models.transformer import CONFIGS  # noqa: E402
 from tofu.search.baselines import megatron_sp_bytes  # noqa: E402
 
 COLUMNS = ("model", "batch", "workers", "algo", "status", "search_seconds", "comm_bytes", "shared_bytes", "step_bytes",
-           "per_device_total_bytes", "per_device_fetched_bytes", "megatron_sp_bytes", "message")
+           "per_device_total_bytes", "per_device_fetched_bytes", "megatron_sp_bytes", "simulated_seconds",
+           "simulated_profile", "message")
 ALGOS = tuple(a for a in ALGORITHMS if a != "ilp")
 
 
-def run_one(graph, workers: int, algo: str, shared: bool) -> dict:
+def run_one(graph, workers: int, algo: str, shared: bool, simulate: str | None = None) -> dict:
     clear_caches()
     try:
         plan = plan_graph(graph, workers, algo)
     except TofuError as e:
         return {"status": "error", "message": str(e)[:200]}
+    simulated = {}
+    if simulate:        # one training iteration of the plan on the engine (tofu.sim), MXNet's gradient sum cap
+        from tofu.sim import profile
+        from tofu.sim.engine import simulate as run_engine
+        from tofu.sim.program import MXNET_GRAD_SUM_CAP, program_from_plan
+
+        ex = run_engine(program_from_plan(graph, plan, MXNET_GRAD_SUM_CAP), profile(simulate))
+        simulated = {"simulated_seconds": f"{ex.seconds:.6g}", "simulated_profile": simulate}
     mem = dict(plan.per_device_bytes)
     # what the runtime sends: each needed piece once per device, however many of its ops read it (the cost
     # model charges every consumer); counted by the independent byte oracle of the test suite
@@ -46,7 +55,7 @@ def run_one(graph, workers: int, algo: str, shared: bool) -> dict:
     return {"status": "ok", "search_seconds": f"{plan.search_seconds:.4f}", "comm_bytes": f"{plan.comm_bytes:.0f}",
             "shared_bytes": sent,
             "step_bytes": " ".join(f"{s.cost_bytes:.0f}" for s in plan.steps),
-            "per_device_total_bytes": mem["total"], "per_device_fetched_bytes": mem.get("fetched", 0)}
+            "per_device_total_bytes": mem["total"], "per_device_fetched_bytes": mem.get("fetched", 0), **simulated}
 
 
 def _formula(model: str, batch: int, k: int, seq_len: int | None = None) -> str:
@@ -69,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out-dir", type=Path, default=Path("results/transformer"))
     p.add_argument("--shared", default="tofu,megatron",
                    help="algorithms whose bytes sent once per device are counted too ('' for none; slower)")
+    p.add_argument("--simulate", metavar="PROFILE", help="also simulate one training iteration of each plan on this "
+                   "hardware profile (tofu.sim: k80x8, v100x8)")
     p.add_argument("--quick", action="store_true", help="gpt-tiny at batch 4 only")
     args = p.parse_args(argv)
     models = GPT_MODELS if args.models == "gpt" else tuple(args.models.split(","))
@@ -95,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                     t0 = time.perf_counter()
                     row = {"model": model, "batch": batch, "workers": k, "algo": algo,
                            "megatron_sp_bytes": _formula(model, batch, k, args.seq_len),
-                           **run_one(graph, k, algo, algo in args.shared.split(","))}
+                           **run_one(graph, k, algo, algo in args.shared.split(","), args.simulate)}
                     writer.write(row)
                     print(f"{model:<9} b={batch:<3} k={k} {algo:<14} {row['status']:<6} "
                           f"{float(row.get('comm_bytes') or 0) / 1e9:9.3f} GB  ({time.perf_counter() - t0:.1f} s)",

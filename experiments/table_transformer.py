@@ -110,8 +110,22 @@ def render_faithful(sources: list[Rows]) -> str:
                            "tofu GiB / device", "megatron-vp GiB / device"], lines)
 
 
+def render_simulated(sources: list[Rows]) -> str:
+    """One simulated training iteration (seconds) of Tofu's and ``megatron-vp``'s plans where the run simulated
+    them (``run_transformer.py --simulate PROFILE``), and Megatron's over Tofu's."""
+    by, cases, _ = _index(sources)
+    lines = []
+    for case in cases:
+        t, m = by.get((*case, "tofu"), {}), by.get((*case, "megatron-vp"), {})
+        if t.get("simulated_seconds") and m.get("simulated_seconds"):
+            ts, ms = float(t["simulated_seconds"]), float(m["simulated_seconds"])
+            lines.append([*map(str, case), t["simulated_profile"], f"{ts:.3f}", f"{ms:.3f}", f"{ms / ts:.2f}"])
+    return markdown_table(["model", "batch", "k", "profile", "tofu (s)", "megatron-vp (s)",
+                           "megatron-vp / tofu"], lines)
+
+
 TABLES = {"transformer-comm": DocTable(render_comm), "transformer-shared": DocTable(render_shared),
-          "transformer-faithful": DocTable(render_faithful)}
+          "transformer-faithful": DocTable(render_faithful), "transformer-simulated": DocTable(render_simulated)}
 
 
 def main(argv: list[str] | None = None) -> int:

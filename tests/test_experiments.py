@@ -4,6 +4,8 @@ import csv
 import json
 from collections import defaultdict
 
+import pytest
+
 from experiments import plot_search, run_search_time
 
 
@@ -39,6 +41,27 @@ def test_run_transformer_quick_writes_rows_and_table(tmp_path, capsys):
     capsys.readouterr()
     assert table_transformer.main([str(tmp_path / "smoke.csv")]) == 0
     assert "| gpt-tiny | 4 | 2 |" in capsys.readouterr().out
+
+
+def test_run_transformer_simulates_each_plan_on_the_engine(tmp_path):
+    """--simulate: each row's simulated seconds are the engine's iteration of that plan, computed here directly."""
+    from experiments import run_transformer
+    from tofu.api import load_graph
+    from tofu.models import ModelOptions
+    from tofu.search.algorithms import plan_graph
+    from tofu.sim import profile
+    from tofu.sim.engine import simulate
+    from tofu.sim.program import MXNET_GRAD_SUM_CAP, program_from_plan
+
+    assert run_transformer.main(["--quick", "--algos", "tofu,megatron-vp", "--shared", "", "--simulate", "v100x8",
+                                 "--tag", "sim", "--out-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "sim.csv").open()))
+    assert len(rows) == 4 and all(r["status"] == "ok" and r["simulated_profile"] == "v100x8" for r in rows)
+    for r in rows:
+        graph = load_graph("gpt-tiny", ModelOptions(batch=int(r["batch"])))
+        plan = plan_graph(graph, int(r["workers"]), r["algo"])
+        want = simulate(program_from_plan(graph, plan, MXNET_GRAD_SUM_CAP), profile("v100x8")).seconds
+        assert float(r["simulated_seconds"]) == pytest.approx(want, rel=1e-5)
 
 
 def test_plot_plan_draws_two_plans_and_refuses_bad_input(tmp_path, capsys):
