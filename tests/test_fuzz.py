@@ -68,10 +68,14 @@ FOUND_BUGS = {
                     "copied piece's backward copy is charged whenever its tensor has a gradient, but MXNet prunes "
                     "it when the piece is computed only from inputs without one (the data half of "
                     "Concat(data, f1): the symbol's program has 14 copies, 328 B; the plan adds a 48 B backward)",
+    "softmax-class-split-bytes": "SoftmaxOutput split along its classes by its expansion, at batch 1 (allrow-greedy "
+                                 "on Concat(data, f1) -> FullyConnected -> softmax, 2 workers): MXNet copies 60 B "
+                                 "(backward 12), the plan and the symbol's own program predict 64 (backward 16): "
+                                 "one 4-byte backward copy that MXNet prunes and the count does not",
     "bn-gamma-name": "a BatchNorm with fix_gamma whose gamma is not named *gamma starts at 0 (initial_values goes by "
                      "name); MXNet sets it to 1 on one device only, so --check fails on its parameter update",
 }
-OPEN_BUGS: set[str] = set()
+OPEN_BUGS: set[str] = {"softmax-class-split-bytes"}
 
 
 def found(bug: str):
@@ -348,8 +352,14 @@ def test_found_a_run_diverging_under_check_at_a_huge_rate():
                                             "--check"), (), 3.4e38, False, True))
 
 
+def _open(bug: str) -> tuple:
+    """The marks of a parametrized case that shows the open ``bug`` (xfail, strict, while it is in OPEN_BUGS)."""
+    return (pytest.mark.xfail(strict=True, reason=FOUND_BUGS[bug]),) if bug in OPEN_BUGS else ()
+
+
 @found("concat-bytes")
-@pytest.mark.parametrize("residual, batch, algo", [(True, 4, "tofu"), (False, 1, "allrow-greedy")])
+@pytest.mark.parametrize("residual, batch, algo", [
+    (True, 4, "tofu"), pytest.param(False, 1, "allrow-greedy", marks=_open("softmax-class-split-bytes"))])
 def test_found_concat_split_along_its_axis(tmp_path, residual, batch, algo):
     """data -> FullyConnected f1 -> Concat(data, f1) [-> + FullyConnected(cat)] -> FullyConnected -> softmax, at 2
     workers: cat is split along its axis; MXNet copies 328 and 48 bytes, the plan predicts 376 and 56 (the
