@@ -38,7 +38,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from tests.oracle import _exchange, constants, plan_tables
+from tests.oracle import _exchange, constants, holder_boxes, plan_tables
 from tofu.analysis.compose import compose, coordinates, held_box
 from tofu.analysis.views import NodeView
 from tofu.graph.ir import LOSS_OPS, Graph, Role
@@ -119,17 +119,7 @@ def needed(graph: Graph, plan, exact: bool = False) -> Needed:
     computed = {t.id: [(tuple((0, d) for d in t.shape), t.id in grads)] for t in graph.tensors
                 if t.producer is None}
 
-    def holders(t) -> dict[int, Box]:
-        tensor = graph.tensors[t]
-        boxes = {w: held_box(tensor.shape, dims[t], factors, w) for w in range(k)}
-        if tensor.role is Role.PARAM:           # one copy per distinct box, on its first holder
-            first: dict[Box, int] = {}
-            for w, b in boxes.items():
-                first.setdefault(b, w)
-            return {w: b for b, w in first.items()}
-        return boxes
-
-    held = {t.id: holders(t.id) for t in graph.tensors}
+    held = holder_boxes(graph, factors, dims)
     reads: dict[tuple[int, int], set] = {}          # (tensor, device) -> boxes read
     exact_reads: dict[tuple[int, int], list] = {}    # (tensor, device) -> (data box, trace, input position)
     by_tensor: dict[str, float] = {}

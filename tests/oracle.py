@@ -164,6 +164,22 @@ def plan_tables(graph: Graph, plan) -> tuple[tuple[int, ...], int, dict, dict]:
     return factors, math.prod(factors), dims, choices
 
 
+def holder_boxes(graph: Graph, factors: tuple[int, ...], dims: dict) -> dict[int, dict[int, Box]]:
+    """Per tensor id, the box each holding worker holds: every worker its own, but a parameter once per distinct
+    box, on its first holder (the others read it from there)."""
+    k = math.prod(factors)
+    held = {}
+    for tensor in graph.tensors:
+        boxes = {w: _held(tensor.shape, dims[tensor.id], factors, w) for w in range(k)}
+        if tensor.role is Role.PARAM:
+            first: dict[Box, int] = {}
+            for w, b in boxes.items():
+                first.setdefault(b, w)
+            boxes = {w: b for b, w in first.items()}
+        held[tensor.id] = boxes
+    return held
+
+
 def count(graph: Graph, plan) -> Count:
     factors, k, dims, choices = plan_tables(graph, plan)
     grads = graph.with_gradient
@@ -180,17 +196,7 @@ def count(graph: Graph, plan) -> Count:
     def carries(t, region: Box) -> bool:
         return t in grads and any(c for b, c in computed.get(t, ()) if _size(_meet(b, region)))
 
-    def holders(t) -> dict[int, Box]:
-        tensor = graph.tensors[t]
-        boxes = {w: _held(tensor.shape, dims[t], factors, w) for w in range(k)}
-        if tensor.role is Role.PARAM:           # one copy per distinct box, on its first holder
-            first: dict[Box, int] = {}
-            for w, b in boxes.items():
-                first.setdefault(b, w)
-            return {w: b for b, w in first.items()}
-        return boxes
-
-    held = {t.id: holders(t.id) for t in graph.tensors}
+    held = holder_boxes(graph, factors, dims)
     tied = fetch_groups(graph)              # ops that fetch a piece they all read once (per worker)
     per_tensor: dict[str, float] = {}
     per_edge: dict[tuple, float] = {}
