@@ -95,7 +95,7 @@ def op_prediction(case, out_shapes, profile) -> tuple[float, object]:
     bf, bb = backward_work(work, case.grads)
     calls = [(work.flops, work.bytes)] + ([(bf, bb)] if bf or bb else [])
     model = kernel_model(profile)
-    return profile.step_seconds + sum(seconds(work.op_class, f, b, model) for f, b in calls), work
+    return profile.step_seconds + sum(seconds(work.op_class, f, b, model, grain=work.grain) for f, b in calls), work
 
 
 def op_row(case, repeats: int, runs: int, profile) -> dict:

@@ -33,7 +33,7 @@ DEVICE_FIELDS = (("devices", ""), ("peak_flops", "FLOP/s"), ("mem_bandwidth", "B
                  ("launch_seconds", "s"), ("step_seconds", "s"), ("update_launch_seconds", "s"),
                  ("copy_launch_seconds", "s"), ("concurrency", ""), ("copy_engines", ""), ("task_seconds", "s"),
                  ("bulk_task_seconds", "s"))
-CURVE_FIELDS = ("peak", "w_half", "alpha", "launch", "other")
+CURVE_FIELDS = ("peak", "w_half", "alpha", "launch", "other", "grain_half", "grain_alpha")
 
 
 # ----------------------------------------------------------------------------------------------- writing
@@ -55,7 +55,8 @@ def parameter_rows(prof, sources: dict[str, str]) -> Iterator[dict]:
     if prof.kernels is not None:
         for c, k in prof.kernels.curves:
             work, other = ("FLOP", "B/s") if c.contraction else ("B", "FLOP/s")
-            units = {"peak": f"{work}/s", "w_half": work, "alpha": "", "launch": "s", "other": other}
+            units = {"peak": f"{work}/s", "w_half": work, "alpha": "", "launch": "s", "other": other,
+                     "grain_half": "px", "grain_alpha": ""}
             for f in CURVE_FIELDS:
                 yield dict(group="kernels", item=c.value, field=f, value=getattr(k, f), unit=units[f],
                            source=k.source)
@@ -179,6 +180,8 @@ def render_parameters(sources: list[Rows]) -> str:
         if group == "kernels":
             v = {r["field"]: quantity(r["value"], r["unit"]) for r in mine}
             value = f"R {v['peak']}, h {v['w_half']}, a {v['alpha']}, L {v['launch']}, other side {v['other']}"
+            if float({r["field"]: r["value"] for r in mine}.get("grain_half") or 0) > 0:
+                value += f", grain s {v['grain_half']}, b {v['grain_alpha']}"
         elif group == "classes":
             v = {r["field"]: quantity(r["value"], r["unit"]) for r in mine}
             value = f"compute {v['compute']}, memory {v['memory']}, launch {v['launch']}"

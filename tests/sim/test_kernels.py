@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tofu.sim import kernels, published
-from tofu.sim.calibrate import CALIBRATION_CASES, SWEEP_CASES, case_work
+from tofu.sim.calibrate import CALIBRATION_CASES, GRAIN_CASES, SWEEP_CASES, case_work
 from tofu.sim.engine import kernel_seconds, simulate
 from tofu.sim.flops import OpClass
 from tofu.sim.hardware import K80X8, V100X8, ClassCurve, ClassRate, KernelModel, Level, Profile
@@ -206,8 +206,9 @@ def _key(case):
 def test_the_sweep_is_disjoint_from_the_calibration_and_validation_sets():
     from experiments.run_cpu_validation import OP_CASES
 
-    sweep = {_key(c) for cases in SWEEP_CASES.values() for c in cases}
-    assert len(sweep) == sum(len(cases) for cases in SWEEP_CASES.values())
+    families = [*SWEEP_CASES.values(), *GRAIN_CASES.values()]
+    sweep = {_key(c) for cases in families for c in cases}
+    assert len(sweep) == sum(len(cases) for cases in families)
     assert not sweep & {_key(c) for cases in CALIBRATION_CASES.values() for c in cases}
     assert not sweep & {_key(c) for c in OP_CASES}
 
@@ -234,3 +235,49 @@ def _out_shapes(case):
     sym = getattr(mx.sym, case.op)(*args, **case.attrs)
     _, outs, _ = sym.infer_shape(**dict(case.inputs))
     return [tuple(o) for o in outs]
+
+
+# ------------------------------------------------------------------------------------------------- the grain
+
+def test_the_grain_factor_halves_the_rate_at_its_half_grain_and_vanishes_without_one():
+    curve = ClassCurve(1e10, 1e6, 0.5, 1e-6, 1e9, grain_half=8.0, grain_alpha=1.5)
+    assert kernels.grain_factor(curve, 8.0) == pytest.approx(0.5, rel=1e-12)
+    assert kernels.grain_factor(curve, 2.0) == pytest.approx(2 ** 1.5 / (2 ** 1.5 + 8 ** 1.5), rel=1e-12)
+    assert kernels.grain_factor(curve, math.inf) == 1.0
+    assert kernels.grain_factor(dataclasses.replace(curve, grain_half=0.0), 1.0) == 1.0
+    f = 3e8                                              # compute bound: the busy time is divided by q
+    by_hand = 1e-6 + (f + 1e6 ** 0.5 * f ** 0.5) / 1e10 / (1 / (1 + (8 / 2) ** 1.5))
+    assert kernels.curve_seconds(curve, OpClass.CONVOLUTION, f, 0.0, grain=2.0) == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_a_convolutions_grain_is_its_output_pixels_per_image_and_other_ops_have_none():
+    from tofu.graph.attrs import Attrs
+    from tofu.sim.flops import op_call_work
+
+    conv = op_call_work("Convolution", Attrs.parse({"num_filter": "4", "kernel": "(3, 3)", "pad": "(1, 1)"}),
+                        [(2, 3, 5, 7), (4, 3, 3, 3), (4,)], [(2, 4, 5, 7)])
+    assert conv.op_class is OpClass.CONVOLUTION and conv.grain == 35
+    fc = op_call_work("FullyConnected", Attrs.parse({"num_hidden": "4"}), [(2, 3), (4, 3), (4,)], [(2, 4)])
+    assert fc.op_class is OpClass.GEMM and math.isinf(fc.grain)
+
+
+def test_the_engine_times_a_convolution_task_with_its_grain():
+    conv = ClassCurve(1e10, 1e6, 0.5, 1e-6, 1e9, grain_half=8.0, grain_alpha=1.5)
+    prof = dataclasses.replace(K80X8, kernels=KernelModel(tuple(
+        (c, conv if c is OpClass.CONVOLUTION else k) for c, k in K80X8.kernels.curves)))
+    task = Task(0, TaskKind.COMPUTE, Phase.FORWARD, Origin.KERNEL, "Convolution", 0, None, OpClass.CONVOLUTION,
+                3e8, 1e6, (), (), (), "", 2.0)
+    assert kernel_seconds(task, prof) == pytest.approx(
+        kernels.curve_seconds(conv, OpClass.CONVOLUTION, 3e8, 1e6, grain=2.0), rel=1e-12)
+    assert kernel_seconds(task, prof) > kernel_seconds(dataclasses.replace(task, grain=math.inf), prof) * 3
+
+
+def test_fit_grain_recovers_known_parameters_and_prefers_no_grain_when_there_is_none():
+    true = ClassCurve(2e10, 3e6, 0.6, 5e-6, grain_half=6.0, grain_alpha=2.0)
+    pts = [(2e-6 + sum(kernels.curve_seconds(true, OpClass.CONVOLUTION, x, 0.0, grain=g) for x in (w, 2 * w)),
+            2e-6, ((w, g), (2 * w, g))) for w in np.geomspace(1e4, 1e9, 6) for g in (1, 2, 4, 9, 16, 49)]
+    f = kernels.fit_grain(pts)
+    assert (f.grain_half, f.grain_alpha, f.peak, f.w_half) == pytest.approx((6.0, 2.0, 2e10, 3e6), rel=1e-3)
+    flat = [(t, c, tuple((w, math.inf) for w, _ in calls)) for t, c, calls in
+            [(2e-6 + busy_seconds(true, w) + true.launch, 2e-6, ((w, 0),)) for w in np.geomspace(1e4, 1e9, 9)]]
+    assert kernels.fit_grain(flat).grain_half == 0.0

@@ -48,8 +48,10 @@ each timed as above over about ``SWEEP_SECONDS`` of calls, in ``SWEEP_ROUNDS`` r
 case beside its own measurement of the executor call c (a case's time and its c: the medians over the rounds, so
 that a burst of other work on a shared machine spoils one round, not the fit). The sizes alternate between the
 fit and the held-out set (the smallest and the largest are fitted, so every held-out size lies between fitted
-ones). :func:`~tofu.sim.kernels.fit_curve` fits the class's (R, h, a, L) by constrained least squares through
-the fit sizes (each case's kernel calls with their own works, forward and backward; the calibration cases
+ones). The **grain sweep** ``GRAIN_CASES`` adds convolutions of about equal work on 1 to 20 output pixels per
+image (:mod:`tofu.sim.kernels`, "The grain"), measured in the same rounds and split the same way.
+:func:`~tofu.sim.kernels.fit_grain` fits the class's (R, h, a, L) and its grain's (s, b) (s = 0, none, when that
+fits better: every class but convolution has no grain) by constrained least squares through the fit sizes (each case's kernel calls with their own works, forward and backward; the calibration cases
 above, measured at another moment with another c, are left out); the held-out sizes are then predicted by
 :func:`~tofu.sim.kernels.curve_seconds` (the other roofline side included) plus their c, and their errors
 recorded (:class:`CurveFit`). ``python -m tofu.sim.calibrate [--recalibrate]`` prints them (about a minute).
@@ -74,16 +76,16 @@ from pathlib import Path
 from tofu.graph.attrs import Attrs
 from tofu.sim.flops import OpClass, OpWork
 from tofu.sim.hardware import ClassCurve, ClassRate, KernelModel, Level, Profile
-from tofu.sim.kernels import curve_seconds, fit_curve, fit_rate
+from tofu.sim.kernels import curve_seconds, fit_grain, fit_rate
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path("results/sim/cpu_profile.json")
-VERSION = 6
+VERSION = 7
 RATE_BOUND = 4.0        # a class's fitted rate is at most this x the machine's peak (cache-resident ops may beat it)
 _COMMAND = "python -m tofu.sim.calibrate --recalibrate"
 
-__all__ = ["CALIBRATION_CASES", "SWEEP_CASES", "Calibration", "ClassFit", "CurveFit", "OpCase", "calibration",
+__all__ = ["CALIBRATION_CASES", "GRAIN_CASES", "SWEEP_CASES", "Calibration", "ClassFit", "CurveFit", "OpCase", "calibration",
            "TaskPoint", "cpu_profile", "fit_rate", "fit_task_seconds", "glue_net", "measure", "measure_op"]
 
 Shape = tuple[int, ...]
@@ -205,6 +207,14 @@ SWEEP_CASES: dict[OpClass, tuple[OpCase, ...]] = {
     OpClass.DATA_MOVEMENT: tuple(slice_case((2 * n, 64)) for n in _ROWS),
 }
 
+# The grain sweep: convolutions of about the same work (2e7 to 6e7 FLOPs, beyond the work curve's bend) on 1 to 20
+# output pixels per image; fitted and held out alternately like the sweep. None is a calibration or validation case.
+GRAIN_CASES: dict[OpClass, tuple[OpCase, ...]] = {
+    OpClass.CONVOLUTION: tuple(conv(b, c, hw, c, 3) for b, c, hw in (
+        (12, 384, 1), (6, 320, 2), (4, 240, 3), (3, 192, 4), (3, 160, 5), (2, 144, 6), (2, 112, 8), (2, 96, 10),
+        (1, 96, 12), (1, 64, 16), (1, 48, 20))),
+}
+
 
 @dataclass(frozen=True)
 class TaskPoint:
@@ -248,6 +258,8 @@ class CurveFit:
     heldout_worst_error: float
     heldout_worst_case: str
     heldout: tuple[tuple[str, float], ...] = ()       # every held-out case and its (signed) relative error
+    grain_half: float = 0.0                            # s and b of the grain factor (s = 0: none)
+    grain_alpha: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -291,7 +303,8 @@ class Calibration:
             f = self.curves[c.value]
             other = self.copy_bandwidth if c.contraction else self.gemm_flops
             out.append((c, ClassCurve(f.peak, f.w_half, f.alpha, f.launch, other,
-                                      f"measured here: {f.fit_cases} cases ({_COMMAND})")))
+                                      f"measured here: {f.fit_cases} cases ({_COMMAND})", f.grain_half,
+                                      f.grain_alpha)))
         return KernelModel(tuple(out))
 
     def profile(self) -> Profile:
@@ -392,13 +405,13 @@ def _class_fit(op_class: OpClass, measured: Sequence[tuple[OpCase, float, OpWork
     return ClassFit("compute" if compute else "memory", rate, launch, len(points), statistics.median(errors))
 
 
-def _calls(case: OpCase, work: OpWork) -> list[tuple[float, float]]:
-    """(FLOPs, bytes) of each kernel call of one case: the forward, and the backward when an input has a gradient
-    (:func:`tofu.sim.flops.backward_work`)."""
+def _calls(case: OpCase, work: OpWork) -> list[tuple[float, float, float]]:
+    """(FLOPs, bytes, grain) of each kernel call of one case: the forward, and the backward when an input has a
+    gradient (:func:`tofu.sim.flops.backward_work`; the forward's grain)."""
     from tofu.sim.flops import backward_work
 
     bf, bb = backward_work(work, case.grads)
-    return [(work.flops, work.bytes)] + ([(bf, bb)] if bf or bb else [])
+    return [(work.flops, work.bytes, work.grain)] + ([(bf, bb, work.grain)] if bf or bb else [])
 
 
 def _curve_fit(op_class: OpClass, fitted: Sequence[tuple[OpCase, float, OpWork, float]],
@@ -409,12 +422,13 @@ def _curve_fit(op_class: OpClass, fitted: Sequence[tuple[OpCase, float, OpWork, 
     gemm_flops, copy_bandwidth = peaks
     compute = op_class.contraction
     peak, other = (gemm_flops, copy_bandwidth) if compute else (copy_bandwidth, gemm_flops)
-    points = [(t, call, tuple(f if compute else b for f, b in _calls(case, work))) for case, t, work, call in fitted]
-    fit = fit_curve(points, max_rate=RATE_BOUND * peak)
-    curve = ClassCurve(fit.peak, fit.w_half, fit.alpha, fit.launch, other)
+    points = [(t, call, tuple((f if compute else b, g) for f, b, g in _calls(case, work)))
+              for case, t, work, call in fitted]
+    fit = fit_grain(points, max_rate=RATE_BOUND * peak)
+    curve = ClassCurve(fit.peak, fit.w_half, fit.alpha, fit.launch, other, "", fit.grain_half, fit.grain_alpha)
 
     def error(case: OpCase, t: float, work: OpWork, call: float) -> float:
-        return (call + sum(curve_seconds(curve, op_class, f, b) for f, b in _calls(case, work))) / t - 1.0
+        return (call + sum(curve_seconds(curve, op_class, f, b, grain=g) for f, b, g in _calls(case, work))) / t - 1.0
 
     fit_errors = [abs(error(*m)) for m in fitted]
     signed = tuple((m[0].name, error(*m)) for m in heldout)
@@ -422,7 +436,8 @@ def _curve_fit(op_class: OpClass, fitted: Sequence[tuple[OpCase, float, OpWork, 
     worst = max(held) if held else (0.0, "")
     return CurveFit("compute" if compute else "memory", fit.peak, fit.w_half, fit.alpha, fit.launch, len(fitted),
                     statistics.median(fit_errors), len(held),
-                    statistics.median(e for e, _ in held) if held else 0.0, worst[0], worst[1], signed)
+                    statistics.median(e for e, _ in held) if held else 0.0, worst[0], worst[1], signed,
+                    fit.grain_half, fit.grain_alpha)
 
 
 def _copy_fit(repeats: int, identity_rate: ClassFit, call: float, local: float) -> tuple[float, float]:
@@ -551,18 +566,25 @@ def measure(repeats: int = 15) -> Calibration:
         fits[op_class.value] = _class_fit(op_class, measured, call, peak)
     # Rounds over every class, each case beside its own executor call: a burst of other work on the shared
     # machine spoils one round's measurements of a case, not its median.
-    rounds: dict[tuple[OpClass, int], list[tuple[float, float]]] = {}
-    outs: dict[tuple[OpClass, int], tuple[Shape, ...]] = {}
+    rounds: dict[tuple[OpClass, int, int], list[tuple[float, float]]] = {}
+    outs: dict[tuple[OpClass, int, int], tuple[Shape, ...]] = {}
+    families = [(op_class, j, cases) for j, sweep in enumerate((SWEEP_CASES, GRAIN_CASES))
+                for op_class, cases in sweep.items()]
     for _ in range(SWEEP_ROUNDS):
-        for op_class, cases in SWEEP_CASES.items():
+        for op_class, j, cases in families:
             for i, case in enumerate(cases):
                 call = _call_seconds(repeats)
-                t, outs[op_class, i] = _measure_long_enough(case, repeats)
-                rounds.setdefault((op_class, i), []).append((t, call))
-    for op_class, cases in SWEEP_CASES.items():
-        sweep = [(case, statistics.median(t for t, _ in rounds[op_class, i]), case_work(case, outs[op_class, i]),
-                  statistics.median(c for _, c in rounds[op_class, i])) for i, case in enumerate(cases)]
-        curves[op_class.value] = _curve_fit(op_class, sweep[0::2], sweep[1::2], (gemm_flops, copy_bandwidth))
+                t, outs[op_class, j, i] = _measure_long_enough(case, repeats)
+                rounds.setdefault((op_class, j, i), []).append((t, call))
+    for op_class in SWEEP_CASES:
+        fitted, heldout = [], []
+        for c, j, cases in families:
+            if c is op_class:
+                sweep = [(case, statistics.median(t for t, _ in rounds[c, j, i]), case_work(case, outs[c, j, i]),
+                          statistics.median(x for _, x in rounds[c, j, i])) for i, case in enumerate(cases)]
+                fitted += sweep[0::2]
+                heldout += sweep[1::2]
+        curves[op_class.value] = _curve_fit(op_class, fitted, heldout, (gemm_flops, copy_bandwidth))
         log.info("%s: %s", op_class.value, curves[op_class.value])
     cross_bw, copy_launch = _copy_fit(repeats, fits[OpClass.DATA_MOVEMENT.value], _call_seconds(repeats),
                                       copy_bandwidth)
@@ -624,11 +646,13 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{cal.gemm_flops / 1e9:.1f} GFLOP/s, copy {cal.copy_bandwidth / 1e9:.1f} GB/s, executor call "
           f"{cal.call_seconds * 1e6:.0f} us, per task {cal.task_seconds * 1e6:.2f} us, bulked (one context) "
           f"{(cal.bulk_task_seconds or 0.0) * 1e6:.2f} us ({len(cal.task_points)} cases of the calibration graph)")
-    print("class           R                h         a     L (us)  fit: cases |err|  held out: cases median worst")
+    print("class           R                h         a     L (us)   s     b    fit: cases |err|  held out: cases "
+          "median worst")
     errors = []
     for name, f in cal.curves.items():
         unit = "FLOP/s" if f.bound == "compute" else "B/s"
         print(f"{name:15s} {f.peak:9.3g} {unit:6s} {f.w_half:9.3g} {f.alpha:5.2f} {f.launch * 1e6:8.1f}"
+              f" {f.grain_half:5.1f} {f.grain_alpha:4.2f}"
               f"  {f.fit_cases:5d} {f.fit_median_error:5.1%}  {f.heldout_cases:5d} {f.heldout_median_error:6.1%}"
               f" {f.heldout_worst_error:6.1%} ({f.heldout_worst_case})")
         errors += [abs(e) for _, e in f.heldout]

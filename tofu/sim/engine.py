@@ -119,14 +119,14 @@ KernelTime = Callable[[Task, Profile], float]
 
 
 def kernel_seconds(task: Task, profile: Profile) -> float:
-    """The time of one compute or update task: its class's size-dependent curve on its FLOPs and bytes,
+    """The time of one compute or update task: its class's size-dependent curve on its FLOPs, bytes and grain,
     :func:`tofu.sim.kernels.seconds` (t = L + max(w / r(w), the roofline's other side), r(w) = R w^a /
     (w^a + h^a); a profile without curves: its roofline). An update (the optimizer's, one call per parameter
     shard) takes the profile's ``update_launch_seconds`` as its launch when the profile has one."""
     launch = None
     if task.kind is TaskKind.UPDATE and profile.update_launch_seconds is not None:
         launch = profile.update_launch_seconds
-    return kernels.seconds(task.op_class, task.flops, task.nbytes, kernels.kernel_model(profile), launch)
+    return kernels.seconds(task.op_class, task.flops, task.nbytes, kernels.kernel_model(profile), launch, task.grain)
 
 
 def bulks(program: Program) -> bool:

@@ -68,12 +68,16 @@ class OpWork:
         op_class: :class:`OpClass`.
         contracted: names of the inputs read inside a contraction (each has a backward contraction of the
             forward's size when it has a gradient).
+        grain: a convolution's output pixels per image (the product of its first output's dimensions after batch
+            and channel), on which its kernels' rate also depends (:func:`tofu.sim.kernels.grain_factor`); inf for
+            every other op (no such dependence modelled).
     """
 
     flops: float
     bytes: float
     op_class: OpClass
     contracted: frozenset[str]
+    grain: float = math.inf
 
 
 def _ops(e: ValueExpr) -> float:
@@ -180,7 +184,9 @@ def op_work(desc: OpDescription, itemsize: int = 4) -> OpWork:
     else:
         cls = OpClass.ELEMENTWISE
     elements = sum(math.prod(t.shape) for t in desc.inputs) + sum(math.prod(o.shape) for o in desc.outputs)
-    return OpWork(float(flops), float(elements * itemsize), cls, frozenset(contracted))
+    out = desc.outputs[0].shape
+    grain = float(math.prod(out[2:])) if cls is OpClass.CONVOLUTION and len(out) >= 3 else math.inf
+    return OpWork(float(flops), float(elements * itemsize), cls, frozenset(contracted), grain)
 
 
 Shape = tuple[int, ...]

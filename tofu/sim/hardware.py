@@ -91,6 +91,9 @@ class ClassCurve:
         other: the rate of the roofline's other side: bytes/s a contraction's kernels stream, FLOP/s the others'
             compute (inf: that side never bounds).
         source: where the numbers come from, in one line (docs/sim.md's parameter table shows it).
+        grain_half: s, the grain (a convolution's output pixels per image) at which the class's kernels run at half
+            the rate the curve gives their work; 0: the rate does not depend on the grain.
+        grain_alpha: b, how steeply the rate falls below ``grain_half`` (q(g) = g^b / (g^b + s^b)).
     """
 
     peak: float
@@ -99,11 +102,14 @@ class ClassCurve:
     launch: float
     other: float = math.inf
     source: str = ""
+    grain_half: float = 0.0
+    grain_alpha: float = 1.0
 
     def __post_init__(self):
-        if not (self.peak > 0 and self.w_half >= 0 and 0 < self.alpha <= 1 and self.launch >= 0 and self.other > 0):
-            raise ValueError(f"class curve {self}: peak and other must be positive, w_half and launch "
-                             f"non-negative, alpha in (0, 1]")
+        if not (self.peak > 0 and self.w_half >= 0 and 0 < self.alpha <= 1 and self.launch >= 0 and self.other > 0
+                and self.grain_half >= 0 and self.grain_alpha > 0):
+            raise ValueError(f"class curve {self}: peak and other must be positive, w_half, launch and grain_half "
+                             f"non-negative, alpha in (0, 1], grain_alpha positive")
 
 
 @dataclass(frozen=True)

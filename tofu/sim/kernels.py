@@ -27,6 +27,17 @@ other side bounds it, at the class's ``other`` rate O:
     contraction:  t = L + max(F / r(F), B / O)          (F FLOPs, B bytes read and written)
     the others:   t = L + max(B / r(B), F / O)
 
+**The grain.** A convolution's rate depends on its shape, not on its work alone: measured here (MXNet's CPU
+kernels, 3 x 3 filters, 512 channels in and out), a convolution on 1 x 1 pixels runs at 3 GFLOP/s whatever its
+batch (8 or 64 images), on 2 x 2 at 22, on 4 x 4 at 40 to 54, on 8 x 8 at 63: the kernels parallelise and
+vectorise over the output pixels of one image. A class's curve may hold a second factor in its kernels' grain g
+(:attr:`tofu.sim.flops.OpWork.grain`: a convolution's output pixels per image; inf for the other ops)
+
+    q(g) = g^b / (g^b + s^b)                s: the half-rate grain (grain_half), b > 0 (grain_alpha)
+    t = L + max(w / (r(w) q(g)), the other side)
+
+(s = 0 or g = inf: q = 1, the curve alone). The backward calls of a convolution keep its forward's grain.
+
 **Fitting** (:func:`fit_curve`). Given measured cases, each t_i = c_i + sum over its kernel calls j of
 t(w_ij) (c_i a known fixed part, such as the executor call), minimise the squared relative error
 
@@ -36,7 +47,10 @@ over L >= 0, 0 < R <= R_max, 0 <= h <= max_ij w_ij (a bend beyond the largest wo
 0 < a <= 1. For fixed (h, a) the model is linear in (L, 1/R): :func:`fit_rate` solves that constrained linear
 least squares exactly; the outer minimum over (h, a) is a search on a grid (h logarithmic, a in steps of 0.05)
 refined by a bounded local minimisation. Where a = 1 fits best, only L + h / R is determined; the fit then takes
-the smallest such h on its grid.
+the smallest such h on its grid. A kernel call may carry a weight (its 1 / q(g)) on its busy time; the fit stays
+linear in (L, 1/R). :func:`fit_grain` adds (s, b): the same fit at every point of a grid of s (logarithmic,
+from a quarter of the smallest grain measured to four times the largest) and b (:data:`GRAIN_ALPHAS`), and s = 0,
+the least loss taken.
 
 A profile without ``kernels`` (a profile built by hand) is timed by its roofline (:func:`from_rates`: the
 curves of its per-class efficiencies with h = 0).
@@ -45,14 +59,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from tofu.sim.flops import OpClass
 from tofu.sim.hardware import ClassCurve, KernelModel, Profile
 
-__all__ = ["ClassCurve", "KernelModel", "CurveFit", "busy_seconds", "curve_loss", "fit_curve", "fit_rate",
-           "curve_seconds", "from_rates", "kernel_model", "rate", "seconds"]
+__all__ = ["ClassCurve", "KernelModel", "CurveFit", "busy_seconds", "curve_loss", "fit_curve", "fit_grain",
+           "fit_rate", "curve_seconds", "from_rates", "grain_factor", "kernel_model", "rate", "seconds"]
 
 
 def rate(curve: ClassCurve, work: float) -> float:
@@ -79,17 +93,31 @@ def busy_seconds(curve: ClassCurve, work: float) -> float:
     return (work + _extra(work, curve.w_half, curve.alpha)) / curve.peak
 
 
+def _grain_factor(half: float, alpha: float, grain: float) -> float:
+    if half == 0 or math.isinf(grain):
+        return 1.0
+    return 1.0 / (1.0 + (half / max(grain, 1e-12)) ** alpha)
+
+
+def grain_factor(curve: ClassCurve, grain: float) -> float:
+    """q(g) = g^b / (g^b + s^b) (s = 0 or g = inf: 1)."""
+    return _grain_factor(curve.grain_half, curve.grain_alpha, grain)
+
+
 def curve_seconds(curve: ClassCurve, op_class: OpClass, flops: float, nbytes: float,
-                  launch: float | None = None) -> float:
-    """t = L + max(w / r(w), v / O) on ``curve`` for a kernel of class ``op_class`` (w, v: its FLOPs and bytes,
-    the other way round for a class that is not a contraction); ``launch`` replaces L when given."""
+                  launch: float | None = None, grain: float = math.inf) -> float:
+    """t = L + max(w / (r(w) q(g)), v / O) on ``curve`` for a kernel of class ``op_class`` (w, v: its FLOPs and
+    bytes, the other way round for a class that is not a contraction; g its grain); ``launch`` replaces L when
+    given."""
     work, other = (flops, nbytes) if op_class.contraction else (nbytes, flops)
-    return (curve.launch if launch is None else launch) + max(busy_seconds(curve, work), other / curve.other)
+    busy = busy_seconds(curve, work) / grain_factor(curve, grain)
+    return (curve.launch if launch is None else launch) + max(busy, other / curve.other)
 
 
-def seconds(op_class: OpClass, flops: float, nbytes: float, model: KernelModel, launch: float | None = None) -> float:
+def seconds(op_class: OpClass, flops: float, nbytes: float, model: KernelModel, launch: float | None = None,
+            grain: float = math.inf) -> float:
     """:func:`curve_seconds` on the class's curve of ``model`` (see the module docstring)."""
-    return curve_seconds(model.curve(op_class), op_class, flops, nbytes, launch)
+    return curve_seconds(model.curve(op_class), op_class, flops, nbytes, launch, grain)
 
 
 @lru_cache(maxsize=64)
@@ -150,27 +178,38 @@ ALPHAS = tuple(round(0.05 * i, 2) for i in range(1, 21))
 
 @dataclass(frozen=True)
 class CurveFit:
-    """A fitted curve's parameters and its loss (the sum of squared relative errors of :func:`fit_curve`)."""
+    """A fitted curve's parameters and its loss (the sum of squared relative errors of :func:`fit_curve`); the
+    grain's (s, b) when :func:`fit_grain` fitted them (s = 0: none)."""
 
     peak: float
     w_half: float
     alpha: float
     launch: float
     loss: float
+    grain_half: float = 0.0
+    grain_alpha: float = 1.0
 
 
-CasePoint = tuple[float, float, Sequence[float]]
-"""(t_i, c_i, works): a case's measured seconds, its known fixed part, the works of its kernel calls."""
+Call = float | tuple[float, float]
+"""A kernel call's work w, or (w, weight): its busy time counts weight times (1 / q(g) for a call of grain g)."""
+CasePoint = tuple[float, float, Sequence[Call]]
+"""(t_i, c_i, calls): a case's measured seconds, its known fixed part, its kernel calls."""
+
+
+def _weighted(call: Call) -> tuple[float, float]:
+    return (float(call), 1.0) if isinstance(call, (int, float)) else call
 
 
 def curve_loss(points: Sequence[CasePoint], peak: float, w_half: float, alpha: float, launch: float) -> float:
-    """sum_i ((c_i + sum_j (L + (w_ij + h^a w_ij^(1-a)) / R)) / t_i - 1)^2 (the objective of :func:`fit_curve`)."""
-    return sum(((c + sum(launch + (w + _extra(w, w_half, alpha)) / peak for w in works)) / t - 1.0) ** 2
-               for t, c, works in points)
+    """sum_i ((c_i + sum_j (L + u_ij (w_ij + h^a w_ij^(1-a)) / R)) / t_i - 1)^2, u_ij a call's weight (1 unless
+    given): the objective of :func:`fit_curve`."""
+    return sum(((c + sum(launch + u * (w + _extra(w, w_half, alpha)) / peak for w, u in map(_weighted, calls)))
+                / t - 1.0) ** 2 for t, c, calls in points)
 
 
 def _fit_at(points: Sequence[CasePoint], w_half: float, alpha: float, max_rate: float) -> CurveFit:
-    linear = [(t, c, len(works), sum(w + _extra(w, w_half, alpha) for w in works)) for t, c, works in points]
+    linear = [(t, c, len(calls), sum(u * (w + _extra(w, w_half, alpha)) for w, u in map(_weighted, calls)))
+              for t, c, calls in points]
     peak, launch = fit_rate(linear, max_rate)
     return CurveFit(peak, w_half, alpha, launch, curve_loss(points, peak, w_half, alpha, launch))
 
@@ -193,7 +232,7 @@ def fit_curve(points: Sequence[CasePoint], max_rate: float = math.inf, grid: int
     import numpy as np
     from scipy.optimize import minimize
 
-    works = [w for _, _, ws in points for w in ws if w > 0]
+    works = [w for _, _, calls in points for w, _ in map(_weighted, calls) if w > 0]
     if not works:
         raise ValueError("fit_curve needs some positive work")
     lo, hi = min(works) / 1e3, max(works)
@@ -212,4 +251,52 @@ def fit_curve(points: Sequence[CasePoint], max_rate: float = math.inf, grid: int
         refined = _fit_at(points, math.exp(float(res.x[0])), float(res.x[1]), max_rate)
         if refined.loss < best.loss:
             best = refined
+    return best
+
+
+GRAIN_ALPHAS = (0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+"""The grid of the grain's b that :func:`fit_grain` searches."""
+
+GrainPoint = tuple[float, float, Sequence[tuple[float, float]]]
+"""(t_i, c_i, ((w_ij, g_ij), ...)): a case's measured seconds, its known fixed part, its calls' works and grains."""
+
+
+def fit_grain(points: Sequence[GrainPoint], max_rate: float = math.inf, grid: int = 24) -> CurveFit:
+    """The curve (R, h, a, L) and the grain's (s, b) of the module docstring through ``points``: the loss on a
+    coarse grid of (h, a, s, b) (``grid`` logarithmic values of s, :data:`GRAIN_ALPHAS` for b), a bounded local
+    minimisation of (log h, a, log s, b) from its best three points, and the plain curve (s = 0) when it fits
+    better.
+
+    >>> true = ClassCurve(1e9, 1e5, 0.5, 2e-6, grain_half=8.0, grain_alpha=1.5)
+    >>> pts = [(1e-6 + curve_seconds(true, OpClass.CONVOLUTION, w, 0.0, grain=g), 1e-6, ((w, g),))
+    ...        for w in (1e3, 1e5, 1e7, 1e9) for g in (1, 4, 16, 64, 256)]
+    >>> f = fit_grain(pts)
+    >>> round(f.grain_half, 2), round(f.grain_alpha, 2), round(f.peak / 1e9, 3), round(f.w_half / 1e5, 2)
+    (8.0, 1.5, 1.0, 1.0)
+    """
+    import numpy as np
+    from scipy.optimize import minimize
+
+    plain = fit_curve([(t, c, [w for w, _ in calls]) for t, c, calls in points], max_rate)
+    grains = [g for _, _, calls in points for _, g in calls if math.isfinite(g) and g > 0]
+    works = [w for _, _, calls in points for w, _ in calls if w > 0]
+    if not grains:
+        return plain
+    w_lo, w_hi = min(works) / 1e3, max(works)
+    g_lo, g_hi = min(grains) / 4, max(grains) * 4
+
+    def at(h: float, a: float, s: float, b: float) -> CurveFit:
+        scaled = [(t, c, [(w, 1.0 / _grain_factor(s, b, g)) for w, g in calls]) for t, c, calls in points]
+        return replace(_fit_at(scaled, h, a, max_rate), grain_half=s, grain_alpha=b)
+
+    coarse = sorted(((at(float(h), a, float(s), b).loss, float(h), a, float(s), b)
+                     for h in np.geomspace(w_lo, w_hi, 10) for a in (0.25, 0.5, 0.75, 1.0)
+                     for s in np.geomspace(g_lo, g_hi, grid) for b in GRAIN_ALPHAS))[:3]
+    best = plain
+    bounds = [(math.log(w_lo), math.log(w_hi)), (0.01, 1.0), (math.log(g_lo), math.log(g_hi)), (0.1, 8.0)]
+    for _, h, a, s, b in coarse:
+        res = minimize(lambda x: at(math.exp(x[0]), float(x[1]), math.exp(x[2]), float(x[3])).loss,
+                       [math.log(h), a, math.log(s), b], method="L-BFGS-B", bounds=bounds)
+        f = at(math.exp(float(res.x[0])), float(res.x[1]), math.exp(float(res.x[2])), float(res.x[3]))
+        best = min(best, f, key=lambda c: c.loss)
     return best

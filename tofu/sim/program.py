@@ -171,6 +171,8 @@ class Task:
         deps: the tasks it waits for (the producers of what it reads).
         reads, writes: tensor ids.
         label: a name to show (the symbol's node name, or the op and its tensor).
+        grain: a convolution kernel's output pixels per image (:attr:`tofu.sim.flops.OpWork.grain`), inf
+            otherwise.
     """
 
     id: int
@@ -187,6 +189,7 @@ class Task:
     reads: tuple[int, ...]
     writes: tuple[int, ...]
     label: str = ""
+    grain: float = math.inf
 
     @property
     def src(self) -> int:
@@ -317,7 +320,8 @@ class _Builder:
 
     def task(self, kind: TaskKind, phase: Phase, origin: Origin, op: str, device: int, op_class: OpClass,
              flops: float, nbytes: float, reads: Sequence[int], outputs: Sequence[tuple[int, TensorKind]],
-             label: str, extra_writes: Sequence[int] = (), after: Sequence[int] = ()) -> tuple[int, ...]:
+             label: str, extra_writes: Sequence[int] = (), after: Sequence[int] = (),
+             grain: float = math.inf) -> tuple[int, ...]:
         """A compute or update task; returns the tensors it writes (one per ``outputs`` entry: bytes, kind).
         ``after``: tasks it waits for beyond the writers of what it reads (control dependencies)."""
         local = tuple(dict.fromkeys(self.local(r, device, origin) for r in reads))
@@ -326,7 +330,7 @@ class _Builder:
         deps = tuple(sorted({self.tensors[r].producer for r in local if self.tensors[r].producer is not None}
                             | set(after)))
         self.tasks.append(Task(tid, kind, phase, origin, op, device, None, op_class, float(flops), float(nbytes),
-                               deps, local, writes + tuple(extra_writes), label))
+                               deps, local, writes + tuple(extra_writes), label, grain))
         return writes
 
 
@@ -357,7 +361,8 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
         label = _label(graph, flow, op)
         writes = b.task(TaskKind.COMPUTE, Phase.FORWARD, origin[i], op.op, op.device, op.work.op_class,
                         op.work.flops, op.work.bytes, [tensor(v) for v in op.inputs],
-                        [(values[v].nbytes, TensorKind.ACTIVATION) for v in op.outputs], label)
+                        [(values[v].nbytes, TensorKind.ACTIVATION) for v in op.outputs], label,
+                        grain=op.work.grain)
         tensor_of.update(zip(op.outputs, writes))
     # backward
     names = _gradient_names(graph)
@@ -395,7 +400,7 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
             writes = b.task(TaskKind.COMPUTE, Phase.BACKWARD, origin[i], name, op.device, op.work.op_class,
                             flops * share, nbytes * share, adjoints + kept,
                             [(values[op.inputs[p]].nbytes, TensorKind.ADJOINT) for p in part], f"{label} backward",
-                            after=sums.control([op.inputs[p] for p in part]))
+                            after=sums.control([op.inputs[p] for p in part]), grain=op.work.grain)
             for p, g in zip(part, writes):
                 sums.add(op.inputs[p], g)
     # the parameters' gradients, then their updates

@@ -558,7 +558,7 @@ def replicate(swapped: SwapProgram, profile: HostedProfile, replicas: int) -> Sw
         tasks += [Task(t.id + r * n, t.kind, t.phase, t.origin, t.op, device(t.device),
                        None if t.dst is None else device(t.dst), t.op_class, t.flops, t.nbytes,
                        tuple(d + r * n for d in t.deps), tuple(x + r * m for x in t.reads),
-                       tuple(x + r * m for x in t.writes), t.label) for t in source.tasks]
+                       tuple(x + r * m for x in t.writes), t.label, t.grain) for t in source.tasks]
         tensors += [Tensor(t.id + r * m, device(t.device), t.nbytes, t.kind,
                            None if t.producer is None else t.producer + r * n) for t in source.tensors]
         segments += [Segment(s.tensor + r * m, None if s.begin is None else s.begin + r * n,
