@@ -155,3 +155,32 @@ _FAKE = calibrate.Calibration(
     1e10, 1e10, 1e9, 1e-6, 1e-5, 1e-5,
     {c.value: calibrate.ClassFit("compute" if c.contraction else "memory", 1e9, 1e-6, 3, 0.1) for c in OpClass},
     1e9, __import__("platform").node(), __import__("os").cpu_count() or 1, 3)
+
+
+# ----------------------------------------------------------------------------- the committed validation run
+
+TARGETS = {"median": 0.15, "worst": 0.35, "ranking": 0.90}       # issue 21, item 4
+
+
+def _committed_summary():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "results" / "sim" / "cpu_validation.csv"
+    rows = list(csv.DictReader(path.open()))
+    summary = table_cpu_validation.summary(rows)["step"]
+    assert summary["cases"] >= 60 and summary["failed"] == 0      # the whole validation, not a quick run
+    return summary
+
+
+def test_the_committed_validation_ranks_plans_as_measured_in_at_least_90_percent_of_pairs():
+    """docs/sim.md's validation table (docs/results/sim/cpu_validation.csv, recomputed here from its rows): the
+    plan the engine simulates faster is the one measured faster in >= 90% of the pairs."""
+    ranking = _committed_summary()["ranking"]
+    assert ranking["pairs"] >= 40 and ranking["agreement"] >= TARGETS["ranking"], ranking["disagreements"]
+
+
+@pytest.mark.xfail(strict=True, reason="open (issue 21, item 4): on this sitting's noisy machine the step errors "
+                                       "miss the targets (docs/sim.md, 'CPU validation')")
+def test_the_committed_validation_meets_the_step_error_targets():
+    s = _committed_summary()
+    assert s["median_abs_relative_error"] <= TARGETS["median"] and s["worst_abs_relative_error"] <= TARGETS["worst"]
