@@ -143,6 +143,19 @@ def test_per_task_fit_recovers_the_slope():
     assert calibrate.fit_task_seconds(flat) == pytest.approx(0.0, abs=1e-12)
 
 
+def test_the_joint_fit_recovers_the_per_task_cost_and_the_copys_latency():
+    """t - s = c + n p + m (L - L0): s simulated with the two-op latency L0 = 15 us, the truth p = 3 us, L = 4 us."""
+    l0, p, lat = 15e-6, 3e-6, 4e-6
+    points = [calibrate.TaskPoint(d, w, "tofu", n, 1e-4 + n * p + m * (lat - l0) + s, s, m)
+              for d, w, n, m, s in ((4, 2, 141, 20, 1e-3), (16, 2, 429, 40, 3e-3), (4, 4, 589, 150, 3e-3),
+                                    (32, 4, 3669, 700, 2e-2))]
+    assert calibrate.fit_task_and_copy_seconds(points, l0) == pytest.approx((p, lat))
+    # a latency the data puts below 0 is held at 0, and p stays >= 0
+    slow = [dataclasses.replace(q, measured_seconds=q.simulated_seconds - q.copies * 2 * l0) for q in points]
+    fitted_p, fitted_l = calibrate.fit_task_and_copy_seconds(slow, l0)
+    assert fitted_l == pytest.approx(0.0, abs=1e-12) and fitted_p >= 0.0
+
+
 def test_the_bulked_cost_is_the_profile_s_and_none_keeps_the_per_task_cost():
     cal = dataclasses.replace(_FAKE, task_seconds=5e-6, bulk_task_seconds=2e-6)
     assert (cal.profile().task_seconds, cal.profile().bulk_task_seconds) == (5e-6, 2e-6)

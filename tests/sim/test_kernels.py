@@ -245,9 +245,17 @@ def test_the_grain_factor_halves_the_rate_at_its_half_grain_and_vanishes_without
     assert kernels.grain_factor(curve, 2.0) == pytest.approx(2 ** 1.5 / (2 ** 1.5 + 8 ** 1.5), rel=1e-12)
     assert kernels.grain_factor(curve, math.inf) == 1.0
     assert kernels.grain_factor(dataclasses.replace(curve, grain_half=0.0), 1.0) == 1.0
-    f = 3e8                                              # compute bound: the busy time is divided by q
-    by_hand = 1e-6 + (f + 1e6 ** 0.5 * f ** 0.5) / 1e10 / (1 / (1 + (8 / 2) ** 1.5))
-    assert kernels.curve_seconds(curve, OpClass.CONVOLUTION, f, 0.0, grain=2.0) == pytest.approx(by_hand, rel=1e-12)
+
+
+def test_a_kernel_runs_at_the_slower_of_its_works_rate_and_its_grains_rate_not_their_product():
+    curve = ClassCurve(1e10, 1e6, 0.5, 1e-6, 1e9, grain_half=8.0, grain_alpha=1.5)
+    q = 1 / (1 + (8 / 2) ** 1.5)
+    f = 3e8                                              # large work, grain 2: the grain's limit f / (R q)
+    assert kernels.curve_seconds(curve, OpClass.CONVOLUTION, f, 0.0, grain=2.0) == pytest.approx(
+        1e-6 + f / 1e10 / q, rel=1e-12)
+    f = 1e4                                  # small work, grain 8 (q = 1/2): the curve's limit, not twice it
+    assert kernels.curve_seconds(curve, OpClass.CONVOLUTION, f, 0.0, grain=8.0) == pytest.approx(
+        1e-6 + (f + 1e6 ** 0.5 * f ** 0.5) / 1e10, rel=1e-12)
 
 
 def test_a_convolutions_grain_is_its_output_pixels_per_image_and_other_ops_have_none():

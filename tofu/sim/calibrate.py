@@ -35,7 +35,12 @@ fitted by least squares over the cases,
     t - s = c + n p        (p >= 0)
 
 n the program's compute tasks and copies (updates left out: ``update_launch_seconds`` is measured on the
-imperative call the runtime makes), gives p = ``task_seconds``. **The bulked per-task cost**
+imperative call the runtime makes), gives p = ``task_seconds``. The copy's latency is fitted in the same least
+squares (:func:`fit_task_and_copy_seconds`: t - s = c + n p + m (L - L0), m the copies, L0 the two-op executor's
+latency above): a lone copy between two ops is not what a copy costs among hundreds of ops (measured v7: the two-op
+fit gave 13-15 us per copy while the graphs' residuals fell from 2-4 us per task at k = 2 to 0.3-0.9 us at k = 4,
+where copies are a larger share of the tasks, so a per-task fit with the copy fixed gave p = 0 to 7 us).
+**The bulked per-task cost**
 ``bulk_task_seconds``: the same fit on the same graph at the depths ``BULK_DEPTHS`` bound to one context (plan
 ``tofu`` on 1 worker, timed in the same round-robin), where MXNet's executor runs every op inside a bulk segment,
 one engine op for up to 15 ops (:func:`tofu.sim.engine.bulks`); the engine charges it to every op of a one-device
@@ -81,7 +86,7 @@ from tofu.sim.kernels import curve_seconds, fit_grain, fit_rate
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path("results/sim/cpu_profile.json")
-VERSION = 7
+VERSION = 9
 RATE_BOUND = 4.0        # a class's fitted rate is at most this x the machine's peak (cache-resident ops may beat it)
 _COMMAND = "python -m tofu.sim.calibrate --recalibrate"
 
@@ -208,11 +213,13 @@ SWEEP_CASES: dict[OpClass, tuple[OpCase, ...]] = {
 }
 
 # The grain sweep: convolutions of about the same work (2e7 to 6e7 FLOPs, beyond the work curve's bend) on 1 to 20
-# output pixels per image; fitted and held out alternately like the sweep. None is a calibration or validation case.
+# output pixels per image, then small ones (4e4 to 2.4e6 FLOPs, below the bend) on 1 to 9 pixels, where the two
+# limits meet; fitted and held out alternately like the sweep. None is a calibration or validation case.
 GRAIN_CASES: dict[OpClass, tuple[OpCase, ...]] = {
     OpClass.CONVOLUTION: tuple(conv(b, c, hw, c, 3) for b, c, hw in (
         (12, 384, 1), (6, 320, 2), (4, 240, 3), (3, 192, 4), (3, 160, 5), (2, 144, 6), (2, 112, 8), (2, 96, 10),
-        (1, 96, 12), (1, 64, 16), (1, 48, 20))),
+        (1, 96, 12), (1, 64, 16), (1, 48, 20),
+        (4, 24, 1), (2, 64, 1), (2, 32, 3), (4, 96, 1), (6, 48, 2), (8, 128, 1))),
 }
 
 
@@ -227,6 +234,7 @@ class TaskPoint:
     tasks: int
     measured_seconds: float
     simulated_seconds: float
+    copies: int = 0
 
 
 @dataclass(frozen=True)
@@ -497,6 +505,21 @@ def glue_net(depth: int, batch: int = 8, width: int = 16):
     return import_symbol(loss, {"data": (batch, width), "softmax_label": (batch,)}, name=f"calibration-glue-{depth}")
 
 
+def fit_task_and_copy_seconds(points: Sequence[TaskPoint], copy_launch: float) -> tuple[float, float]:
+    """(p, L) of ``t - s = c + n p + m (L - L0)`` by bounded least squares over ``points`` (p >= 0, L >= 0): the
+    per-task cost and the copy's latency fitted together on the multi-context graphs, s simulated with the copy
+    latency L0 = ``copy_launch`` measured on a two-op executor and m the program's copies. On the ``cpu`` profile
+    (one compute slot, copies on the compute streams) the engine's iteration is the sum of its tasks' times, so
+    s is linear in p and L. A copy inside a large graph costs what the fit says, not what a lone copy costs."""
+    import numpy as np
+    from scipy.optimize import lsq_linear
+
+    a = np.array([[1.0, p.tasks, p.copies] for p in points])
+    y = np.array([p.measured_seconds - p.simulated_seconds for p in points])
+    fit = lsq_linear(a, y, bounds=([-np.inf, 0.0, -copy_launch], [np.inf, np.inf, np.inf]))
+    return float(fit.x[1]), copy_launch + float(fit.x[2])
+
+
 def fit_task_seconds(points: Sequence[TaskPoint]) -> float:
     """p of ``t - s = c + n p`` by least squares over ``points`` (clamped at 0); :func:`measure` fits the
     multi-context points for ``task_seconds``, the one-context points for ``bulk_task_seconds``."""
@@ -530,14 +553,15 @@ def _task_points(profile: Profile) -> tuple[TaskPoint, ...]:
                 trainer.step()
             run = simulate_iteration(graph, plan, profile, from_symbol=True)
             tasks = sum(t.kind is not TaskKind.UPDATE for t in run.program.tasks)
-            cases.append(((depth, workers, plan_name, tasks, run.seconds), trainer))
+            copies = sum(t.kind is TaskKind.COPY for t in run.program.tasks)
+            cases.append(((depth, workers, plan_name, tasks, run.seconds, copies), trainer))
     start, rounds = time.perf_counter(), 0
     while rounds < 10 or time.perf_counter() - start < TASK_SECONDS * len(cases):   # round-robin: alike load
         for _, trainer in cases:
             trainer.step()
         rounds += 1
-    return tuple(TaskPoint(d, w, name, n, statistics.median(trainer.step_seconds[3:]), s)
-                 for (d, w, name, n, s), trainer in cases)
+    return tuple(TaskPoint(d, w, name, n, statistics.median(trainer.step_seconds[3:]), s, m)
+                 for (d, w, name, n, s, m), trainer in cases)
 
 
 def measure(repeats: int = 15) -> Calibration:
@@ -603,7 +627,8 @@ def measure(repeats: int = 15) -> Calibration:
     cal = Calibration(gemm_flops, copy_bandwidth, cross_bw, copy_launch, call, update, fits,
                       memory, platform.node(), os.cpu_count() or 1, repeats, curves)
     points = _task_points(cal.profile())
-    return replace(cal, task_seconds=fit_task_seconds([p for p in points if p.workers > 1]),
+    task, launch = fit_task_and_copy_seconds([p for p in points if p.workers > 1], copy_launch)
+    return replace(cal, task_seconds=task, copy_launch_seconds=launch,
                    bulk_task_seconds=fit_task_seconds([p for p in points if p.workers == 1]), task_points=points)
 
 

@@ -34,9 +34,12 @@ vectorise over the output pixels of one image. A class's curve may hold a second
 (:attr:`tofu.sim.flops.OpWork.grain`: a convolution's output pixels per image; inf for the other ops)
 
     q(g) = g^b / (g^b + s^b)                s: the half-rate grain (grain_half), b > 0 (grain_alpha)
-    t = L + max(w / (r(w) q(g)), the other side)
+    t = L + max(w / r(w), w / (R q(g)), the other side)
 
-(s = 0 or g = inf: q = 1, the curve alone). The backward calls of a convolution keep its forward's grain.
+(s = 0 or g = inf: q = 1, the curve alone). The two limits do not compound: a kernel runs at the slower of the
+rate its work allows and the rate its grain allows. Measured here (resnet-style 3 x 3 convolutions on 1 x 1 output
+pixels of 7e4 to 1.2e6 FLOPs, fitted parameters of the 2e7-6e7 FLOP grain sweep), the product r(w) q(g) predicted
+4-20x their time, the slower limit -18% to +150%. The backward calls of a convolution keep its forward's grain.
 
 **Fitting** (:func:`fit_curve`). Given measured cases, each t_i = c_i + sum over its kernel calls j of
 t(w_ij) (c_i a known fixed part, such as the executor call), minimise the squared relative error
@@ -47,10 +50,10 @@ over L >= 0, 0 < R <= R_max, 0 <= h <= max_ij w_ij (a bend beyond the largest wo
 0 < a <= 1. For fixed (h, a) the model is linear in (L, 1/R): :func:`fit_rate` solves that constrained linear
 least squares exactly; the outer minimum over (h, a) is a search on a grid (h logarithmic, a in steps of 0.05)
 refined by a bounded local minimisation. Where a = 1 fits best, only L + h / R is determined; the fit then takes
-the smallest such h on its grid. A kernel call may carry a weight (its 1 / q(g)) on its busy time; the fit stays
-linear in (L, 1/R). :func:`fit_grain` adds (s, b): the same fit at every point of a grid of s (logarithmic,
-from a quarter of the smallest grain measured to four times the largest) and b (:data:`GRAIN_ALPHAS`), and s = 0,
-the least loss taken.
+the smallest such h on its grid. A kernel call may carry its grain factor q, its busy time then
+max(w + h^a w^(1-a), w / q) / R; the fit stays linear in (L, 1/R). :func:`fit_grain` adds (s, b): the same fit
+at every point of a grid of s (logarithmic, from a quarter of the smallest grain measured to four times the
+largest) and b (:data:`GRAIN_ALPHAS`), and s = 0, the least loss taken.
 
 A profile without ``kernels`` (a profile built by hand) is timed by its roofline (:func:`from_rates`: the
 curves of its per-class efficiencies with h = 0).
@@ -106,11 +109,11 @@ def grain_factor(curve: ClassCurve, grain: float) -> float:
 
 def curve_seconds(curve: ClassCurve, op_class: OpClass, flops: float, nbytes: float,
                   launch: float | None = None, grain: float = math.inf) -> float:
-    """t = L + max(w / (r(w) q(g)), v / O) on ``curve`` for a kernel of class ``op_class`` (w, v: its FLOPs and
-    bytes, the other way round for a class that is not a contraction; g its grain); ``launch`` replaces L when
-    given."""
+    """t = L + max(w / r(w), w / (R q(g)), v / O) on ``curve`` for a kernel of class ``op_class`` (w, v: its
+    FLOPs and bytes, the other way round for a class that is not a contraction; g its grain); ``launch`` replaces
+    L when given."""
     work, other = (flops, nbytes) if op_class.contraction else (nbytes, flops)
-    busy = busy_seconds(curve, work) / grain_factor(curve, grain)
+    busy = max(busy_seconds(curve, work), work / (curve.peak * grain_factor(curve, grain)))
     return (curve.launch if launch is None else launch) + max(busy, other / curve.other)
 
 
@@ -191,24 +194,29 @@ class CurveFit:
 
 
 Call = float | tuple[float, float]
-"""A kernel call's work w, or (w, weight): its busy time counts weight times (1 / q(g) for a call of grain g)."""
+"""A kernel call's work w, or (w, q): q its grain factor q(g), its busy time max(w + h^a w^(1-a), w / q) / R."""
 CasePoint = tuple[float, float, Sequence[Call]]
 """(t_i, c_i, calls): a case's measured seconds, its known fixed part, its kernel calls."""
 
 
-def _weighted(call: Call) -> tuple[float, float]:
+def _graded(call: Call) -> tuple[float, float]:
     return (float(call), 1.0) if isinstance(call, (int, float)) else call
 
 
+def _busy_work(w: float, q: float, w_half: float, alpha: float) -> float:
+    """R times a call's busy seconds: max(w + h^a w^(1-a), w / q)."""
+    return max(w + _extra(w, w_half, alpha), w / q)
+
+
 def curve_loss(points: Sequence[CasePoint], peak: float, w_half: float, alpha: float, launch: float) -> float:
-    """sum_i ((c_i + sum_j (L + u_ij (w_ij + h^a w_ij^(1-a)) / R)) / t_i - 1)^2, u_ij a call's weight (1 unless
-    given): the objective of :func:`fit_curve`."""
-    return sum(((c + sum(launch + u * (w + _extra(w, w_half, alpha)) / peak for w, u in map(_weighted, calls)))
+    """sum_i ((c_i + sum_j (L + max(w_ij + h^a w_ij^(1-a), w_ij / q_ij) / R)) / t_i - 1)^2, q_ij a call's grain
+    factor (1 unless given): the objective of :func:`fit_curve`."""
+    return sum(((c + sum(launch + _busy_work(w, q, w_half, alpha) / peak for w, q in map(_graded, calls)))
                 / t - 1.0) ** 2 for t, c, calls in points)
 
 
 def _fit_at(points: Sequence[CasePoint], w_half: float, alpha: float, max_rate: float) -> CurveFit:
-    linear = [(t, c, len(calls), sum(u * (w + _extra(w, w_half, alpha)) for w, u in map(_weighted, calls)))
+    linear = [(t, c, len(calls), sum(_busy_work(w, q, w_half, alpha) for w, q in map(_graded, calls)))
               for t, c, calls in points]
     peak, launch = fit_rate(linear, max_rate)
     return CurveFit(peak, w_half, alpha, launch, curve_loss(points, peak, w_half, alpha, launch))
@@ -232,7 +240,7 @@ def fit_curve(points: Sequence[CasePoint], max_rate: float = math.inf, grid: int
     import numpy as np
     from scipy.optimize import minimize
 
-    works = [w for _, _, calls in points for w, _ in map(_weighted, calls) if w > 0]
+    works = [w for _, _, calls in points for w, _ in map(_graded, calls) if w > 0]
     if not works:
         raise ValueError("fit_curve needs some positive work")
     lo, hi = min(works) / 1e3, max(works)
@@ -286,7 +294,7 @@ def fit_grain(points: Sequence[GrainPoint], max_rate: float = math.inf, grid: in
     g_lo, g_hi = min(grains) / 4, max(grains) * 4
 
     def at(h: float, a: float, s: float, b: float) -> CurveFit:
-        scaled = [(t, c, [(w, 1.0 / _grain_factor(s, b, g)) for w, g in calls]) for t, c, calls in points]
+        scaled = [(t, c, [(w, _grain_factor(s, b, g)) for w, g in calls]) for t, c, calls in points]
         return replace(_fit_at(scaled, h, a, max_rate), grain_half=s, grain_alpha=b)
 
     coarse = sorted(((at(float(h), a, float(s), b).loss, float(h), a, float(s), b)
