@@ -14,8 +14,13 @@ each worker needs and does not have:
   reads is handed out as computed, unless it is left in partial sums;
 * the backward pass is the adjoint: the same elements again for every tensor that has a gradient (not a loss
   op's output: its backward ignores that gradient); in ``shared``, only for the elements computed by a call
-  that reads something with a gradient (MXNet prunes the backward of a piece computed from data alone, such
-  as the data half of Concat(data, f1)), followed region by region from the variables;
+  that reads something with a gradient through an input it differentiates (MXNet prunes the backward of a
+  piece computed from data alone, such as the data half of Concat(data, f1)), followed region by region from
+  the variables, and only when a gradient, not MXNet's zero, reaches the piece where it is read: some reader
+  there gives it one (``gives_gradient``; an expansion as its symbol does, SoftmaxOutput's none to its label,
+  read through ``one_hot``), for what reaches the reader's outputs (tensor by tensor, back from the graph
+  outputs), or the runtime assembles the piece from several (a concat, a partial sum or a pad runs its
+  backward on zeros);
 * a statistics exchange over the n workers that differ only at its steps: 2 (n - 1) |S| per group when
   |S| >= n, n (n - 1) |S| otherwise (every device reads every partial), and as much for its gradient when
   the tensor it is computed from has one and the op is not a loss (a loss's backward is its own, local);
@@ -34,9 +39,11 @@ consumers there).
 What it shares with the cost model, and why that is safe: the per-worker kernel calls and the statistic sizes
 (``tofu.analysis``: the analysis the search consumes, checked on its own against MXNet's kernels and a
 reference interpreter in tests/analysis/), which ops keep their inputs for the backward pass
-(``tofu.graph.memory.rule_for``, used only for ``kept``), and the convention of which consumers fetch together
-(:func:`fetch_groups`: the grouping the paper's coarsening defines, written here again from the graph's layer and
-step labels, not taken from ``tofu.search.coarsen``).
+(``tofu.graph.memory.rule_for``, used only for ``kept``), MXNet's gradient rule (``tofu.sim.program``:
+which ops give a zero, which pass one on, what an expansion differentiates; checked against MXNet's own
+gradient pass in tests/search/test_softmax_class_split_bytes.py), and the convention of which consumers fetch
+together (:func:`fetch_groups`: the grouping the paper's coarsening defines, written here again from the graph's
+layer and step labels, not taken from ``tofu.search.coarsen``).
 """
 from __future__ import annotations
 
@@ -51,6 +58,7 @@ from tofu.analysis.compose import compose
 from tofu.analysis.views import NodeView
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.graph.memory import rule_for
+from tofu.sim.program import expansion_gradients, gives_gradient
 
 Box = tuple[tuple[int, int], ...]
 
@@ -197,6 +205,8 @@ def count(graph: Graph, plan) -> Count:
         return t in grads and any(c for b, c in computed.get(t, ()) if _size(_meet(b, region)))
 
     held = holder_boxes(graph, factors, dims)
+    runs = {node.id: _running(graph, node, choices[node.id], factors, const) for node in graph.nodes}
+    reached, arriving = _reached(graph, runs, held, dims, factors, const, consumed)
     tied = fetch_groups(graph)              # ops that fetch a piece they all read once (per worker)
     per_tensor: dict[str, float] = {}
     per_edge: dict[tuple, float] = {}
@@ -206,9 +216,10 @@ def count(graph: Graph, plan) -> Count:
 
     def charge(t, elements, key=None, label=None, group=None, node=None, keeps=False, cells=None, back=None,
                grad=None):
-        """``cells``: the remote cells of an input piece, each sent once per device (``shared``); ``back``:
-        whether ``shared`` counts the backward pass (default: the tensor has a gradient); ``grad``: whether both
-        totals do (default: the tensor has a gradient)."""
+        """``cells``: the remote cells of an input piece, each sent once per device (``shared``), and back when
+        their region carries a gradient and some reader there gives them one (``back``, default: it does);
+        without cells, ``back``: whether ``shared`` counts the backward pass (default: the tensor has a
+        gradient); ``grad``: whether both totals do (default: the tensor has a gradient)."""
         nonlocal shared_total, kept_total
         b = elements * item[t] * (1 + ((t in grads) if grad is None else grad))
         label = label or graph.tensors[t].name
@@ -227,7 +238,10 @@ def count(graph: Graph, plan) -> Count:
                     kept_device[cell[1]] += _size(cell[2]) * item[t]
                 if cell not in sent:
                     sent.add(cell)
-                    shared_total += _size(cell[2]) * item[t] * (1 + carries(t, cell[2]))
+                    shared_total += _size(cell[2]) * item[t]
+                if back is not False and carries(t, cell[2]) and ("back", cell) not in sent:
+                    sent.add(("back", cell))
+                    shared_total += _size(cell[2]) * item[t]
         elif key is None or key not in sent:
             shared_total += b if back is None else elements * item[t] * (1 + back)
             if key is not None:
@@ -235,21 +249,15 @@ def count(graph: Graph, plan) -> Count:
 
     for node in graph.nodes:
         view = NodeView.of(graph, node)
-        calls = compose(view, choices[node.id], factors)
-        running = calls if not set(node.outputs) & const else []     # a constant runs where it is read
-        if node.op in LOSS_OPS:     # one copy of each piece of a loss is read: MXNet runs no other
-            first: dict[tuple, object] = {}
-            for c in calls:
-                first.setdefault((c.outputs[0].box, tuple(_coords(c.worker, factors)[j] for j in c.outputs[0].partial)),
-                                 c)
-            running = list(first.values())
+        calls, running = runs[node.id]
+        arrives = node.id in arriving
         for call in running:
             w = call.worker
-            reads_gradient = any(carries(node.inputs[p.input], p.data) for p in call.inputs
-                                 if not p.zeroed and p.read and _size(p.data))
+            reads_gradient = any(carries(node.inputs[p.input], p.data) for q, p in enumerate(call.inputs)
+                                 if not p.zeroed and p.read and _size(p.data) and _gives(node.op, call, q, True))
             for o, t in enumerate(node.outputs):
                 computed.setdefault(t, []).append((call.outputs[o].box, reads_gradient))
-            for piece in call.inputs:
+            for q, piece in enumerate(call.inputs):
                 t = node.inputs[piece.input]
                 if piece.zeroed or not piece.read or graph.tensors[t].role is Role.AUX or t in const:
                     continue        # zeros, an input an expansion ignores (MXNet drops it), state, or a
@@ -260,8 +268,9 @@ def count(graph: Graph, plan) -> Count:
                 # cell once to w, however many ops there read it
                 cells = [(t, w, c) for c in _cells(piece.data, held[t].values())
                          if own is None or _size(_meet(c, own)) < _size(c)]
+                gives = _gives(node.op, call, q, arrives) or _assembled(piece.data, piece.box, held[t], w)
                 charge(t, _size(piece.data) - local, (t, w, piece.data), group=tied[node.id], node=node.name,
-                       keeps=rule_for(node).keeps_inputs, cells=cells)
+                       keeps=rule_for(node).keeps_inputs, cells=cells, back=gives)
         if calls[0].expansion:
             _exchange(node, view, calls, factors, choices[node.id], charge)
         for o, t in enumerate(node.outputs):        # worker 0's largest partial or unconverted output piece
@@ -279,6 +288,9 @@ def count(graph: Graph, plan) -> Count:
                 continue                                # a graph output no op reads is handed out as computed
             for w in range(k):
                 want = _held(graph.tensors[t].shape, dims[t], factors, w)
+                # back when it carries a gradient and one reaches the held piece, or the holder assembles it
+                back = carries(t, tuple((0, d) for d in graph.tensors[t].shape)) and (
+                    t in reached or _assembles(want, produced, w))
                 classes: dict[tuple, set] = {}
                 for _, b, key in produced:
                     classes.setdefault(key, set()).add(b)
@@ -288,10 +300,78 @@ def count(graph: Graph, plan) -> Count:
                     #                                                          overlaps the others' pieces
                     own = max((_size(_meet(want, b)) for u, b, c in produced if u == w and c == key), default=0)
                     moved += need - own
-                charge(t, moved, node=node.name,
-                       back=carries(t, tuple((0, d) for d in graph.tensors[t].shape)))
+                charge(t, moved, node=node.name, back=back)
     return Count(sum(per_tensor.values()), shared_total,
                  tuple(per_tensor.items()), tuple(per_edge.items()), kept_total, largest, tuple(kept_device))
+
+
+def _running(graph: Graph, node, choices, factors, const: set[int]) -> tuple[list, list]:
+    """The node's calls, and those that run: none of a constant (it runs where it is read), one per piece of a
+    loss (MXNet runs no other copy), else all."""
+    calls = compose(NodeView.of(graph, node), choices, factors)
+    if set(node.outputs) & const:
+        return calls, []
+    if node.op not in LOSS_OPS:
+        return calls, calls
+    first: dict[tuple, object] = {}
+    for c in calls:
+        first.setdefault((c.outputs[0].box, tuple(_coords(c.worker, factors)[j] for j in c.outputs[0].partial)), c)
+    return calls, list(first.values())
+
+
+def _gives(op: str, call, q: int, arrives: bool) -> bool:
+    """Whether ``call`` gives its input ``q`` a gradient, ``arrives`` telling whether one reaches its outputs (else
+    MXNet's zeros): its expansion's symbol says (on its pieces), else MXNet's rule for ``op``."""
+    if not call.expansion:
+        return gives_gradient(op, arrives, call.inputs[q].input)
+    shapes = tuple(tuple(b - a for a, b in p.box) for p in call.inputs)
+    return expansion_gradients(op, call.attrs, shapes, tuple(tuple(a for a, _ in p.box) for p in call.inputs),
+                               arrives)[q]
+
+
+def _assembled(data: Box, box: Box, holders: dict[int, Box], w: int) -> bool:
+    """Whether the runtime assembles an input piece (``data`` of ``box``) on w from several cells, or pads it:
+    a concat, whose backward runs on zeros too."""
+    own = holders.get(w)
+    if own is not None and _size(_meet(data, own)) == _size(data):
+        return data != box
+    return data != box or len(_cells(data, holders.values())) > 1
+
+
+def _assembles(want: Box, produced: list, w: int) -> bool:
+    """Whether the runtime assembles w's held box ``want`` of an op's output from several of its pieces
+    (``produced``: worker, box, partial-sum class): a concat or a partial sum, whose backward runs on zeros."""
+    if all(not key for _, _, key in produced) and any(
+            u == w and _size(_meet(b, want)) == _size(want) for u, b, _ in produced):
+        return False
+    parts = [(b, key) for _, b, key in produced if _size(_meet(b, want))]
+    return len({key for _, key in parts}) > 1 or len(_cells(want, [b for b, _ in parts])) > 1
+
+
+def _reached(graph: Graph, runs: dict, held: dict, dims: dict, factors, const: set[int],
+             consumed: set[int]) -> tuple[set[int], set[int]]:
+    """The tensors a gradient reaches where they are read, not only MXNet's zeros (the graph outputs; then, back
+    through the nodes, an input that a running call gives one, :func:`_gives`, or assembles from several
+    cells); and the nodes one reaches: an output that one reaches, or whose pieces some holder assembles (the
+    concat or sum runs its backward on zeros)."""
+    found, arriving = set(graph.heads), set()
+    k = math.prod(factors)
+    for node in reversed(graph.nodes):
+        calls, running = runs[node.id]
+        for o, t in enumerate(node.outputs):
+            produced = [(c.worker, c.outputs[o].box, tuple(_coords(c.worker, factors)[j] for j in c.outputs[o].partial))
+                        for c in calls]
+            if t in found or (t in consumed and t not in const and any(
+                    _assembles(_held(graph.tensors[t].shape, dims[t], factors, w), produced, w) for w in range(k))):
+                arriving.add(node.id)
+        for call in running:
+            for q, p in enumerate(call.inputs):
+                t = node.inputs[p.input]
+                if p.zeroed or not p.read or graph.tensors[t].role is Role.AUX or t in const:
+                    continue
+                if _gives(node.op, call, q, node.id in arriving) or _assembled(p.data, p.box, held[t], call.worker):
+                    found.add(t)
+    return found, arriving
 
 
 def _exchange(node, view, calls, factors, choices, charge):

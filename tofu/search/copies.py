@@ -15,15 +15,21 @@ every worker's call as :func:`tofu.analysis.compose.compose` gives it, and keeps
 * MXNet runs only what a graph output needs: of a loss computed whole the first copy alone (the others would
   inject its gradient again), and no conversion to a holder whose box no running op reads;
 * a constant (:mod:`tofu.search.constants`) is computed by every device that reads it: nothing of it is sent;
-* a cell crosses back in the backward pass when its tensor has a gradient and the piece it is cut from
-  depends on a variable with one (a piece of Concat(data, f1) made of data alone has none: MXNet prunes its
-  backward, though the tensor has a gradient); a statistics exchange moves
+* a cell crosses back in the backward pass when its tensor has a gradient, the piece it is cut from
+  depends on a variable with one through ops that pass it (a piece of Concat(data, f1) made of data alone
+  has none: MXNet prunes its backward, though the tensor has a gradient), and what reads it on the
+  destination gives it one (:func:`tofu.sim.program.gives_gradient`, MXNet's rule: an op whose gradient is
+  zero gives none, an expansion none to an input its symbol does not differentiate, as SoftmaxOutput's its
+  label, read through ``one_hot``; zeros pass back through the cut and through ops that pass them on, but a
+  concat, a partial sum or a pad that assembles a piece runs its backward on them); a statistics exchange moves
   2 (n - 1) |S|, and its gradient as much when the tensor the statistic is computed from has a gradient and
   the op's expansion lets the statistic carry it (SoftmaxOutput's does not: its backward is local).
 
 The search's cost model (cost.py) charges every op for its own pieces, which keeps a cut's cost separable
-for the solvers; this count equals it but where several ops on a device read one cell or a piece feeds
-nothing an output needs. Step j's cost in a plan is this count for j cuts less that for j - 1.
+for the solvers; this count equals it but where several ops on a device read one cell, a piece feeds
+nothing an output needs, or only MXNet's zero gradient reaches a piece (the cost model charges the backward
+of every piece of a tensor with a gradient). Step j's cost in a plan is this count for j cuts less that for
+j - 1.
 """
 from __future__ import annotations
 
@@ -41,8 +47,12 @@ from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.graph.memory import rule_for
 from tofu.search.constants import constant_tensors
 from tofu.search.cost import allreduce_elements
+from tofu.sim.program import expansion_gradients, gives_gradient
 
 Box = tuple[tuple[int, int], ...]
+Gives = tuple[bool, bool]       # whether a symbol gives an input a gradient when one arrives at it, when zeros do
+PASSES: Gives = (True, False)   # a cut, a route, a kept part: a zero passes back
+RUNS: Gives = (True, True)      # a concat, a partial sum, a pad: its backward runs on zeros too
 
 
 def copied_bytes(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]],
@@ -71,7 +81,9 @@ class _Replay:
         self.k = math.prod(factors)
         self.coords = [coordinates(w, factors) for w in range(self.k)]
         self.inputs: list[tuple[int, ...]] = []    # per symbol: the symbols it reads
-        self.nbytes: list[float] = []              # per symbol: bytes its copy moves, forward and backward
+        self.gives: list[tuple[Gives, ...]] = []   # per symbol: per input, whether it gives it a gradient
+        self.nbytes: list[float] = []              # per symbol: bytes its copy moves forward
+        self.back: list[float] = []                # per symbol: and backward, if a gradient reaches it
         self.needs: list[bool] = []                # per symbol: it depends on a variable with a gradient
         self.sent: dict[tuple, int] = {}
         self.grads = graph.with_gradient
@@ -80,12 +92,17 @@ class _Replay:
         self.kept: set[int] = set()                         # copied symbols an op keeps for the backward pass
         self.live_symbols: set[int] = set()
 
-    def symbol(self, inputs=(), nbytes: float = 0.0, needs: bool = False) -> int:
-        """A new symbol reading ``inputs``; it needs a gradient when it is a variable with one (``needs``) or
-        reads a symbol that needs one (MXNet differentiates only towards the variables with a gradient)."""
+    def symbol(self, inputs=(), nbytes: float = 0.0, needs: bool = False, gives: Sequence[Gives] | None = None,
+               back: float = 0.0) -> int:
+        """A new symbol reading ``inputs`` (``gives``: per input, whether it gives it a gradient; default
+        :data:`PASSES`); it needs a gradient when it is a variable with one (``needs``) or reads one that needs
+        one through an input it gives a gradient (MXNet differentiates only towards the variables with one)."""
+        gives = tuple(gives) if gives is not None else (PASSES,) * len(inputs)
         self.inputs.append(tuple(inputs))
+        self.gives.append(gives)
         self.nbytes.append(nbytes)
-        self.needs.append(needs or any(self.needs[i] for i in inputs))
+        self.back.append(back)
+        self.needs.append(needs or any(self.needs[i] for i, g in zip(inputs, gives) if g[0]))
         return len(self.nbytes) - 1
 
     def box(self, t: int, w: int) -> Box:
@@ -122,8 +139,8 @@ class _Replay:
                            self.factors)
             syms = []
             for call in calls:
-                reads = []
-                for p in call.inputs:
+                reads, gives = [], []
+                for q, p in enumerate(call.inputs):
                     t = node.inputs[p.input]
                     if p.zeroed or not p.read or graph.tensors[t].role is Role.AUX or t in self.const:
                         continue        # zeros, an input the expansion ignores, state kept on the device, or a
@@ -131,8 +148,11 @@ class _Replay:
                     got = self.gather(t, held[t], p.box, call.worker, p.data)
                     if keeps:
                         self.kept.update(got)
+                    if len(got) > 1 or (p.data is not None and p.data != p.box):
+                        got = [self.symbol(got, gives=(RUNS,) * len(got))]     # assembled: concat, add_n, pad
                     reads += got
-                syms.append(self.symbol(reads))
+                    gives += [_gives(node.op, call, q)] * len(got)
+                syms.append(self.symbol(reads, gives=gives))
             if calls[0].expansion:
                 exchanges.append((syms, self.exchange(node, calls)))
             for o, t in enumerate(node.outputs):
@@ -148,7 +168,7 @@ class _Replay:
                 if t not in read and all(not h[2] for h in produced):
                     held[t] = produced          # a graph output no op reads: handed out as computed
                     continue
-                held[t] = [(w, self.box(t, w), (), self.symbol(self.gather(t, produced, self.box(t, w), w)))
+                held[t] = [(w, self.box(t, w), (), self.held_piece(self.gather(t, produced, self.box(t, w), w)))
                            for w in range(self.k)]
         roots = []
         for t in dict.fromkeys(graph.heads):
@@ -158,8 +178,25 @@ class _Replay:
                     boxes.add(b)
                     roots.append(s)
         live = self.live_symbols = self.live(roots)
-        total = sum(self.nbytes[s] for s in live)
+        reached = self.reached(roots, live)
+        total = sum(self.nbytes[s] + (self.back[s] if reached[s] else 0.0) for s in live)
         return total + sum(nbytes for syms, nbytes in exchanges if any(s in live for s in syms))
+
+    def held_piece(self, cells: list[int]) -> int:
+        """A holder's piece of an op's output, from the cells of its pieces (several: assembled)."""
+        return self.symbol(cells, gives=(RUNS if len(cells) > 1 else PASSES,) * len(cells))
+
+    def reached(self, roots: list[int], live: set[int]) -> list[bool]:
+        """Per symbol, whether a gradient reaches it, not only MXNet's zeros: the outputs' does; then, back
+        from the outputs, each live symbol gives its inputs one as ``gives`` says (symbols are numbered in a
+        topological order)."""
+        reached = [False] * len(self.nbytes)
+        for s in roots:
+            reached[s] = True
+        for s in sorted(live, reverse=True):
+            for i, g in zip(self.inputs[s], self.gives[s]):
+                reached[i] = reached[i] or g[0 if reached[s] else 1]
+        return reached
 
     def kept_per_device(self) -> tuple[float, ...]:
         """Per device, the forward bytes of the copies it receives and keeps for the backward pass (after
@@ -218,13 +255,11 @@ class _Replay:
             return sym
         sent = (t, device, src_box, key, box, dst)
         if sent not in self.sent:
-            nbytes = 0.0
             forward = 0.0
             if device != dst:
                 tensor = self.graph.tensors[t]
                 forward = math.prod(b - a for a, b in box) * np.dtype(tensor.dtype).itemsize
-                nbytes = forward * (1 + (t in self.grads and self.needs[sym]))
-            self.sent[sent] = self.symbol((sym,), nbytes)
+            self.sent[sent] = self.symbol((sym,), forward, back=forward if t in self.grads and self.needs[sym] else 0.0)
             if forward:
                 self.received[self.sent[sent]] = (dst, forward)
         return self.sent[sent]
@@ -254,6 +289,18 @@ class _Replay:
             found = [s for s in strategies(piece.describe(), 1) if s.var == var and s.exchanges]
             total += sum(allreduce_elements(e, n) for e in found[0].exchange_elements) * scale if found else 0.0
         return total
+
+
+def _gives(op: str, call, q: int) -> Gives:
+    """Whether worker ``call``'s call of ``op`` gives its input ``q`` (a position in ``call.inputs``) a gradient
+    when one arrives at its outputs, when only zeros do: its expansion's symbol says, else MXNet's rule for op."""
+    if call.expansion:
+        shapes = tuple(tuple(b - a for a, b in p.box) for p in call.inputs)
+        origins = tuple(tuple(a for a, _ in p.box) for p in call.inputs)
+        return (expansion_gradients(op, call.attrs, shapes, origins, True)[q],
+                expansion_gradients(op, call.attrs, shapes, origins, False)[q])
+    p = call.inputs[q].input
+    return gives_gradient(op, True, p), gives_gradient(op, False, p)
 
 
 @lru_cache(maxsize=65536)

@@ -16,10 +16,13 @@ readers share. It does what MXNet does to the forward graph when it binds it for
    kind, attributes and device is dropped, its readers reading the earlier op's outputs. **Dead code**: only the ops the heads depend on run.
 2. **Gradient** (``src/nnvm/gradient.cc`` of MXNet 1.9.1). In reverse topological order, an op gets a backward
    when some input needs a gradient (a parameter, or computed from one through ops other than a loss,
-   ``BlockGrad`` and fills) and an output has an adjoint (a loss op always has: its backward injects the loss
-   gradient). The backward node runs on the forward op's device (it carries the forward's ``__ctx_group__``),
-   reads the output adjoints and the forward tensors it keeps (:data:`tofu.graph.memory.RULES`; index-only
-   glue keeps none), and writes one gradient per input that needs one. Two ops have no backward node:
+   ``BlockGrad``, ``one_hot`` and fills) and an output has an adjoint (a loss op always has: its backward
+   injects the loss gradient), or only MXNet's zero gradient reaches its outputs and its backward runs on it
+   (:func:`gives_gradient`: a concat, a FullyConnected; through most ops a zero passes back, and no
+   contribution is written for it). The backward node runs on the forward op's device (it carries the
+   forward's ``__ctx_group__``), reads the output adjoints and the forward tensors it keeps
+   (:data:`tofu.graph.memory.RULES`; index-only glue keeps none), and writes one gradient per input that
+   needs one. Two ops have no backward node:
    ``elemwise_add`` hands its adjoint to both inputs (``CloneGradient``), ``add_n`` through an ``identity`` per
    input on the adjoint's device (``ElementWiseSumGrad``). The contributions to one entry's adjoint are summed
    (``AggregateGradient`` of ``src/executor/graph_executor.cc``) on the device of the first one (a parameter's
@@ -56,9 +59,9 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from tofu.errors import TofuError
 from tofu.graph.ir import LOSS_OPS, Graph, Role
@@ -84,9 +87,86 @@ def eliminates_common_expressions() -> bool:
     return os.environ.get("MXNET_ELIMINATE_COMMON_EXPR", "1") != "0"
 
 
-_NO_GRADIENT = frozenset({"BlockGrad", "stop_gradient", "zeros_like", "ones_like", "_zeros", "zeros", "_full",
-                          "full"})
+ZERO_GRADIENT_OPS = frozenset({
+    "BlockGrad", "stop_gradient", "zeros_like", "ones_like", "one_hot", "argmax", "argmin", "argsort", "round",
+    "rint", "ceil", "floor", "fix", "trunc", "logical_not", "shape_array", "size_array", "_equal", "_not_equal",
+    "_greater", "_greater_equal", "_lesser", "_lesser_equal", "_equal_scalar", "_not_equal_scalar",
+    "_greater_scalar", "_greater_equal_scalar", "_lesser_scalar", "_lesser_equal_scalar", "_logical_and",
+    "_logical_or", "_logical_xor", "_logical_and_scalar", "_logical_or_scalar", "_logical_xor_scalar",
+    "broadcast_equal", "broadcast_not_equal", "broadcast_greater", "broadcast_greater_equal", "broadcast_lesser",
+    "broadcast_lesser_equal", "broadcast_logical_and", "broadcast_logical_or", "broadcast_logical_xor"})
+"""Ops whose gradient to every input is MXNet's zero (their FGradient is ``MakeZeroGradNodes``: a ``zeros_like``
+node, not a backward): nothing they read gets a gradient through them (an index read by ``one_hot``, what
+``BlockGrad`` stops, a comparison's operands)."""
+
+ZERO_GRADIENT_INPUTS = {"pick": frozenset({1}), "gather_nd": frozenset({1}), "broadcast_like": frozenset({1}),
+                        "reshape_like": frozenset({1}), "where": frozenset({0})}
+"""Ops whose gradient to some of their inputs (by position) is MXNet's zero: an index, a condition, an input
+read for its shape."""
+
+RUNS_ON_ZEROS = frozenset({
+    "Concat", "concat", "add_n", "ElementWiseSum", "SliceChannel", "split", "Pad", "pad", "SwapAxis", "swapaxes",
+    "Crop", "FullyConnected", "Convolution", "Deconvolution", "batch_dot", "Activation", "LeakyReLU", "Dropout",
+    "Pooling", "UpSampling", "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm", "L2Normalization", "LRN",
+    "SequenceLast", "SequenceMask", "SequenceReverse", "gather_nd", "moments", "where"})
+"""Ops whose backward MXNet runs when every gradient arriving at their outputs is its zero (their FGradient
+builds the backward node without checking: ``MakeGradNode``, a legacy op's): their inputs get a gradient (of
+zeros, but one MXNet keeps, sums and copies). Every other op's FGradient (``MakeNonlossGradNode``,
+``CloneGradient``) gives zeros for zeros: a zero passes back through it."""
+
+_NO_GRADIENT = ZERO_GRADIENT_OPS | {"_zeros", "zeros", "_full", "full"}
 """Ops through which no gradient flows (their FGradient gives zeros, or they read nothing)."""
+
+
+def gives_gradient(op: str, arrives: bool | None, position: int | None = None) -> bool:
+    """Whether MXNet's backward of ``op`` gives its input at ``position`` (None: any input but those of
+    :data:`ZERO_GRADIENT_INPUTS`) a gradient that is not MXNet's zero, ``arrives`` telling what reaches the op's
+    outputs: True a gradient, False only zeros, None nothing (no output is read towards a variable with a
+    gradient). The rule (``src/nnvm/gradient.cc``, the ops' FGradient; tests/search/test_softmax_class_split_bytes.py
+    checks the tables against MXNet's gradient pass for every described op): none through
+    :data:`ZERO_GRADIENT_OPS` (and the inputs of :data:`ZERO_GRADIENT_INPUTS`); a loss's backward ignores
+    what arrives (it injects the loss gradient); zeros pass back through every op but :data:`RUNS_ON_ZEROS`.
+    A zero is dropped from a sum with other contributions, so a value whose every contribution is zero has
+    none: MXNet prunes its backward, and a cross-device copy of it sends nothing back."""
+    if op in _NO_GRADIENT or position in ZERO_GRADIENT_INPUTS.get(op, ()):
+        return False
+    if arrives or op in LOSS_OPS:
+        return True
+    return arrives is False and op in RUNS_ON_ZEROS
+
+
+@lru_cache(maxsize=4096)
+def expansion_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...], origins: tuple[tuple[int, ...], ...],
+                        arrives: bool = True) -> tuple[bool, ...]:
+    """Per input of ``op`` run by its expansion (``tofu.registry.expansion``) on one worker's pieces of
+    ``shapes`` starting at ``origins``: whether the expansion's MXNet symbol gives it a gradient, ``arrives``
+    telling whether one reaches the outputs (else only zeros). Traced back from the outputs with
+    :func:`gives_gradient`, the statistics exchange as an ``add_n`` (its concats and sums run their backward on
+    zeros): SoftmaxOutput's reads its label through ``one_hot`` alone, so the label gets none."""
+    import mxnet as mx
+
+    from tofu import registry
+    from tofu.tdl.describe import typed_attrs
+
+    expand = registry.expansion(op)
+    typed = typed_attrs(registry.lookup(op).attrs_type, attrs, op)
+    names = [f"_tofu_input{i}" for i in range(len(shapes))]
+    with mx.name.NameManager():      # its own names: the rewriter's later symbols are named as without it
+        outs = expand([[mx.sym.var(n) for n in names]], [list(shapes)], typed,
+                      lambda parts, reducer="sum": [mx.sym.add_n(*parts)], [list(origins)])
+        doc = json.loads(mx.sym.Group([o for out in outs for o in out]).tojson())
+    nodes = doc["nodes"]
+    got: list[bool | None] = [None] * len(nodes)        # per node: a gradient, only zeros, nothing
+    for h in doc["heads"]:
+        got[h[0]] = arrives
+    for i in reversed(range(len(nodes))):               # the JSON lists the nodes in a topological order
+        if nodes[i]["op"] == "null":
+            continue
+        for p, (j, *_) in enumerate(nodes[i]["inputs"]):
+            got[j] = True if gives_gradient(nodes[i]["op"], got[i], p) or got[j] else False
+    found = {n["name"]: got[j] for j, n in enumerate(nodes) if n["op"] == "null"}
+    return tuple(found.get(n) is True for n in names)
+
 
 _PASS_THROUGH = frozenset({"elemwise_add", "_plus", "_Plus", "_add"})
 """Ops whose gradient is the output's adjoint itself, no backward node (MXNet's ``CloneGradient``)."""
@@ -366,12 +446,12 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
         tensor_of.update(zip(op.outputs, writes))
     # backward
     names = _gradient_names(graph)
-    expected = _contribution_counts(flow, live, needs)
+    expected, given = _contributions(flow, live, needs, _gives(graph, flow))
     sums = _Sums(b, graph, values, expected, grad_sum_cap() if sum_cap is None else sum_cap)
     for i in reversed(live):
         op = ops[i]
         outs = [sums.adjoint(v) for v in op.outputs]
-        grads = _gradient_inputs(op, any(a is not None for a in outs), needs)
+        grads = given.get(i, [])
         if not grads:
             continue
         label = _label(graph, flow, op)
@@ -381,7 +461,7 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
                 sums.add(op.inputs[p], adjoints[0])
             continue
         if op.op in ("add_n", "ElementWiseSum"):         # ElementWiseSumGrad: an identity per input
-            device = b.tensors[adjoints[0]].device
+            device = b.tensors[adjoints[0]].device if adjoints else op.device      # (on zeros: op's)
             for p in grads:
                 n = values[op.inputs[p]].nbytes
                 g = b.task(TaskKind.COMPUTE, Phase.BACKWARD, origin[i], "identity", device, OpClass.DATA_MOVEMENT,
@@ -423,22 +503,47 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
     return Program(workers, tuple(b.tasks), tuple(b.tensors))
 
 
-def _gradient_inputs(op: FlowOp, has_adjoint: bool, needs: Sequence[bool]) -> list[int]:
-    """The input positions ``op``'s backward writes a gradient for (none: the op has no backward): those that
-    need one, when an output has an adjoint (a loss op: always) and gradients pass through the op."""
-    if op.op in _NO_GRADIENT or not (has_adjoint or op.op in LOSS_OPS):
-        return []
-    return [p for p, v in enumerate(op.inputs) if needs[v]]
+def _gives(graph: Graph, flow: Dataflow) -> Callable[[int, int, bool | None], bool]:
+    """``(op index, input position, what arrives at its outputs) -> whether the op gives that input a gradient``:
+    :func:`gives_gradient` for an MXNet op; for an op replayed from the plan as one call of its expansion, the
+    inputs the expansion's symbol differentiates (:func:`expansion_gradients`, on the whole op's shapes: the
+    pieces' differ in size only), others none."""
+    def gives(i: int, p: int, arrives: bool | None) -> bool:
+        op = flow.ops[i]
+        if not (op.expansion and op.node is not None):
+            return gives_gradient(op.op, arrives, p)
+        node = graph.nodes[op.node]
+        if arrives is None and node.op not in LOSS_OPS:
+            return False
+        differentiated = expansion_gradients(
+            node.op, node.attrs, tuple(graph.tensors[t].shape for t in node.inputs),
+            tuple((0,) * len(graph.tensors[t].shape) for t in node.inputs), bool(arrives))
+        tensor = flow.values[op.inputs[p]].tensor
+        return any(d for t, d in zip(node.inputs, differentiated) if t == tensor)
+    return gives
 
 
-def _contribution_counts(flow: Dataflow, live: Sequence[int], needs: Sequence[bool]) -> Counter:
-    """Per value, how many gradient contributions the backward pass will write for it."""
+def _contributions(flow: Dataflow, live: Sequence[int], needs: Sequence[bool],
+                   gives: Callable[[int, int, bool | None], bool]) -> tuple[Counter, dict[int, list[int]]]:
+    """Per value, how many gradient contributions the backward pass will write for it; per op, the input
+    positions its backward writes one for (none: the op has no backward). An input gets one when it needs a
+    gradient and the op gives it one (``gives``) for what arrives at the op's outputs: a contribution, only
+    zeros (every reader's gradient for it is MXNet's zero), or nothing."""
     count: Counter = Counter()
+    zeros: set[int] = set()
+    given: dict[int, list[int]] = {}
     for i in reversed(live):
         op = flow.ops[i]
-        for p in _gradient_inputs(op, any(count[v] for v in op.outputs), needs):
-            count[op.inputs[p]] += 1
-    return count
+        arrives = True if any(count[v] for v in op.outputs) else False if zeros & set(op.outputs) else None
+        for p, v in enumerate(op.inputs):
+            if not needs[v]:
+                continue
+            if gives(i, p, arrives):
+                count[v] += 1
+                given.setdefault(i, []).append(p)
+            elif arrives is not None or op.op in _NO_GRADIENT or op.op in LOSS_OPS:
+                zeros.add(v)        # MXNet's zero: dropped from the sum, passed on where it alone arrives
+    return count, given
 
 
 class _Sums:
@@ -550,11 +655,12 @@ def _live_ops(flow: Dataflow) -> list[int]:
 
 
 def _needs_gradient(flow: Dataflow, live: Sequence[int]) -> list[bool]:
-    """Per value: a parameter, or computed from one through ops that pass gradients."""
+    """Per value: a parameter, or computed from one through ops that pass gradients (:func:`gives_gradient`;
+    not a loss's output)."""
     needs = [v.role is Role.PARAM for v in flow.values]
     for i in live:
         op = flow.ops[i]
-        if op.op not in LOSS_OPS and op.op not in _NO_GRADIENT and any(needs[v] for v in op.inputs):
+        if op.op not in LOSS_OPS and any(needs[v] for p, v in enumerate(op.inputs) if gives_gradient(op.op, True, p)):
             for v in op.outputs:
                 needs[v] = True
     return needs
