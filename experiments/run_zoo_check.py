@@ -8,8 +8,10 @@ download), hybridized, run once and ``export()``ed to a symbol file, then read b
 (``tofu.api.load_graph``, a softmax loss over its logits). For each network: the ``tofu`` plan at every
 ``--plan-workers`` K (search time, bytes, the plan's per-device memory); and at every ``--train-workers`` K,
 ``--steps`` partitioned training steps beside one device (``tofu run --check``: Dropout off on both sides, each
-step from the same state, status ``ok`` only within the default tolerance), the bytes of every cross-device copy
-beside the plan's prediction, and each device's peak memory (MXNet's profiler) beside one device's peak / K.
+step from the same state, status ``ok`` only within the default tolerance, or, where float32 exceeds it, within
+float64's: the steps beyond it run again on both sides in float64, column ``float64_rel``), the bytes of every
+cross-device copy beside the plan's prediction, and each device's peak memory (MXNet's profiler) beside one
+device's peak / K. ``--plan-workers ''``: no plan rows (a re-run of the trained rows alone).
 One CSV row per (network, stage, K) in results/zoo/<tag>.csv as it finishes, a JSON sidecar; the table of
 docs/runtime.md is written from it by ``experiments/table_zoo.py``. ``--quick``: one small network, K = 2.
 """
@@ -32,8 +34,8 @@ NETS = {"resnet18_v1": 64, "resnet18_v2": 64, "mobilenet0.25": 64, "mobilenetv2_
         "alexnet": 64, "vgg11": 32, "densenet121": 224, "inceptionv3": 299}
 COLUMNS = ("net", "image", "batch", "stage", "workers", "status", "search_seconds", "predicted_comm_bytes",
            "measured_comm_bytes", "plan_per_device_bytes", "output_rel", "gradient_rel", "loss_rel",
-           "update_rel", "dropout_off", "one_device_peak_bytes", "device_peak_bytes", "max_peak_over_one_per_k",
-           "estimate_over_measured", "seconds", "message")
+           "update_rel", "float64_rel", "dropout_off", "one_device_peak_bytes", "device_peak_bytes",
+           "max_peak_over_one_per_k", "estimate_over_measured", "seconds", "message")
 
 
 def export(net_name: str, image: int, batch: int, out_dir: Path) -> Path:
@@ -72,11 +74,13 @@ def train_row(graph, k: int, steps: int, one_peak: int | None) -> dict:
     report = train(graph, plan, pg, initial_values(graph, 0), synthetic_batch(graph, 1), steps,
                    reference_symbol(graph), lr=1e-3)
     c = report.check
-    failed = c.exceeded(DEFAULT_RTOL)
+    failed = c.failures(DEFAULT_RTOL)
     exact = report.measured_comm_bytes == report.predicted_comm_bytes
     row = {"predicted_comm_bytes": report.predicted_comm_bytes, "measured_comm_bytes": report.measured_comm_bytes,
            "plan_per_device_bytes": report.predicted_per_device_bytes["total"], "output_rel": f"{c.output_rel:.3g}",
            "gradient_rel": f"{c.gradient:.3g}", "loss_rel": f"{c.loss_rel:.3g}", "update_rel": f"{c.parameters:.3g}"}
+    if c.float64 is not None:          # float32 exceeded the tolerance: float64's second opinion decides
+        row["float64_rel"] = "-" if c.float64.error else f"{c.float64.max_rel_diff:.3g}"
     peaks = measure_device_peaks(pg)
     if peaks and one_peak:
         estimate = estimated_device_peaks(report.predicted_per_device_bytes, k)
@@ -85,7 +89,8 @@ def train_row(graph, k: int, steps: int, one_peak: int | None) -> dict:
                     "estimate_over_measured": " ".join(f"{e / p:.3f}" for e, p in zip(estimate, peaks))})
     problems = list(failed) + ([] if exact else [f"measured {report.measured_comm_bytes} B, predicted "
                                                   f"{report.predicted_comm_bytes:.0f} B"])
-    return {**row, "status": "ok" if not problems else "failed", "message": "; ".join(problems)}
+    notes = problems or ([c.verdict(DEFAULT_RTOL)] if c.float64 is not None else [])
+    return {**row, "status": "ok" if not problems else "failed", "message": "; ".join(notes)}
 
 
 def main(argv=None) -> int:
@@ -134,8 +139,8 @@ def main(argv=None) -> int:
                 print(f"{net:<17} load: {e}", flush=True)
                 continue
             base.update({"dropout_off": len(dropped), "one_device_peak_bytes": one_peak})
-            cases = [("plan", int(k)) for k in args.plan_workers.split(",")] + \
-                    [("train", int(k)) for k in args.train_workers.split(",")]
+            cases = [("plan", int(k)) for k in args.plan_workers.split(",") if k] + \
+                    [("train", int(k)) for k in args.train_workers.split(",") if k]
             for stage, k in cases:
                 start = time.perf_counter()
                 try:
@@ -146,7 +151,8 @@ def main(argv=None) -> int:
                 rows.write(row)
                 print(f"{net:<17} {image:>3} px  {stage:<5} k={k}  {row['status']:<6} "
                       f"bytes {row.get('measured_comm_bytes') or '-'} / {row.get('predicted_comm_bytes') or '-'}  "
-                      f"check {row.get('gradient_rel', '-')}  peak/(one/k) {row.get('max_peak_over_one_per_k') or '-'}"
+                      f"check {row.get('gradient_rel', '-')} float64 {row.get('float64_rel') or '-'}  "
+                      f"peak/(one/k) {row.get('max_peak_over_one_per_k') or '-'}"
                       f"  {row['seconds']} s  {row.get('message') or ''}", flush=True)
     rows.close()
     print(f"wrote {path}")

@@ -1,6 +1,7 @@
 """Markdown table of the Gluon model-zoo trial (docs/runtime.md), from a run of run_zoo_check.py: per network, the
 plan at each K (its bytes; its status), and at each trained K the check (largest relative difference of the
-gradients and of the updates), the measured bytes against the plan's, and the fullest device's peak over one
+gradients and of the updates in float32; where float32 exceeded the tolerance, the float64 rerun's largest
+difference beside the status), the measured bytes against the plan's, and the fullest device's peak over one
 device's peak / K. Reads CSV only.
 
     python experiments/table_zoo.py results/zoo/zoo.csv
@@ -38,7 +39,10 @@ def render(sources: list[Rows]) -> str:
                 continue
             equal = "=" if int(r["measured_comm_bytes"]) == round(float(r["predicted_comm_bytes"])) else "!="
             peak = r["max_peak_over_one_per_k"] or "-"
-            cells.append(f"{'ok' if r['status'] == 'ok' else '**failed**'}: {r['gradient_rel']} / {r['update_rel']}; "
+            status = "ok" if r["status"] == "ok" else "**failed**"
+            if r.get("float64_rel"):          # float32 beyond the tolerance: what float64 said
+                status += f" (float64: {r['float64_rel']})"
+            cells.append(f"{status}: {r['gradient_rel']} / {r['update_rel']}; "
                          f"{_mb(r['measured_comm_bytes'])} {equal} plan; {peak}")
         lines.append(cells)
     head = ["network (input)", *(f"plan k={k}: MB" for k in plans),

@@ -443,14 +443,18 @@ def shard_values(pg: PartitionedGraph, values: Mapping[str, np.ndarray]) -> dict
 
 
 def gather_values(pg: PartitionedGraph, shards: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The whole tensors whose shard variables are in ``shards`` (variable name -> array), reassembled."""
+    """The whole tensors whose shard variables are in ``shards`` (variable name -> array), reassembled in float32,
+    or in float64 where its shards are float64 (a float64 binding's, ``tofu run --check``'s second opinion)."""
     extents: dict[str, list[int]] = {}
+    dtypes: dict[str, np.dtype] = {}
     for v in pg.variables:
         if v.name in shards:
             ends = extents.setdefault(v.tensor, [0] * len(v.box))
             for d, (_, b) in enumerate(v.box):
                 ends[d] = max(ends[d], b)
-    out = {t: np.zeros(e, dtype=np.float32) for t, e in extents.items()}
+            if np.asarray(shards[v.name]).dtype == np.float64:
+                dtypes[v.tensor] = np.float64
+    out = {t: np.zeros(e, dtype=dtypes.get(t, np.float32)) for t, e in extents.items()}
     for v in pg.variables:
         if v.name in shards:
             out[v.tensor][tuple(slice(a, b) for a, b in v.box)] = shards[v.name]

@@ -6,13 +6,17 @@ backward, SGD with momentum on each device's own shards) and reports the bytes o
 the bound executor runs (:func:`measure_copies`).
 
 The executor is bound with ``group2ctx`` mapping ``dev{i}`` to ``cpu(i)`` (or ``gpu(i)``). Data and labels get
-no gradient; parameters ``write``; auxiliary states are MXNet's. MXNet's log lines printed while binding and
-running (``MXNET_SUBGRAPH_BACKEND=NONE is detected`` at every bind) are kept from the terminal (:func:`quiet`).
+no gradient; parameters ``write``; auxiliary states are MXNet's. Every argument is float32 (MXNet's default), or
+float64 with ``dtype=np.float64`` on a symbol made float64 by :func:`float64_symbol` (``--check``'s second
+opinion, tofu.runtime.run). MXNet's log lines printed while binding and running (``MXNET_SUBGRAPH_BACKEND=NONE
+is detected`` at every bind) are kept from the terminal (:func:`quiet`).
 """
 from __future__ import annotations
 
 import contextlib
 import faulthandler
+import functools
+import json
 import os
 import re
 import sys
@@ -71,6 +75,37 @@ def whole_graph(graph: Graph, symbol: mx.sym.Symbol) -> PartitionedGraph:
     return PartitionedGraph(symbol, 1, variables, heads)
 
 
+def float64_symbol(symbol: mx.sym.Symbol) -> mx.sym.Symbol:
+    """``symbol`` with every float32 it names made float64: the ``dtype`` of the ops that create or type a value
+    by a parameter, given (the zero shards of a bias that the rewrite adds, Cast) or left at MXNet's default
+    float32 (one_hot, which the softmax loss's gradient reads, Embedding's weight, arange), and the type its
+    variables declare (``__dtype__``). Bound with every argument float64 (``Trainer(..., dtype=np.float64)``), the
+    whole computation runs in float64; an op without a float64 kernel makes the bind or the first pass raise."""
+    doc = json.loads(symbol.tojson())
+    for node in doc["nodes"]:
+        attrs = node.setdefault("attrs", {})
+        if attrs.get("dtype", _float32_by_default(node["op"])) == "float32":
+            attrs["dtype"] = "float64"
+        if attrs.get("__dtype__") == "0":         # a variable's declared type, as mshadow's flag: 0 float32, 1 float64
+            attrs["__dtype__"] = "1"
+    return mx.sym.load_json(json.dumps(doc))
+
+
+@functools.lru_cache(maxsize=None)
+def _float32_by_default(op: str) -> str | None:
+    """``"float32"`` if MXNet's operator ``op`` has a ``dtype`` parameter whose default is float32, else None."""
+    from mxnet.operator import get_operator_arguments
+
+    if op == "null":
+        return None
+    try:
+        args = get_operator_arguments(op)
+    except mx.base.MXNetError:           # not a registered operator: nothing to default
+        return None
+    return next(("float32" for name, kind in zip(args.names, args.types)
+                 if name == "dtype" and kind.replace('"', "'").endswith("default='float32'")), None)
+
+
 @dataclass(frozen=True)
 class Copy:
     """One ``_CrossDeviceCopy`` of the bound executor."""
@@ -82,11 +117,14 @@ class Copy:
 
 
 class Trainer:
-    """Training steps of a (partitioned) graph: SGD with momentum, each device updating its own shards."""
+    """Training steps of a (partitioned) graph: SGD with momentum, each device updating its own shards.
+
+    ``dtype``: the type every argument of the symbol is bound as, and its momentum's (float32, or float64 for a
+    symbol from :func:`float64_symbol`); values given in another type are converted as they are loaded."""
 
     def __init__(self, pg: PartitionedGraph, values: Mapping[str, np.ndarray], ctx: str = "cpu",
-                 lr: float = 0.05, momentum: float = 0.9):
-        self.pg, self.lr, self.momentum = pg, lr, momentum
+                 lr: float = 0.05, momentum: float = 0.9, dtype=np.float32):
+        self.pg, self.lr, self.momentum, self.dtype = pg, lr, momentum, np.dtype(dtype)
         self.contexts = contexts(pg.workers, ctx)
         devices = {v.name: v.device for v in pg.variables}
         aux = set(pg.symbol.list_auxiliary_states())
@@ -94,14 +132,17 @@ class Trainer:
         group2ctx = {f"dev{i}": c for i, c in enumerate(self.contexts)}
         if pg.workers == 1:             # one device: no groups to place (group2ctx on a symbol without context
             group2ctx = None            # groups makes MXNet segfault binding gather_nd)
+        types = {} if self.dtype == np.float32 else \
+            {"type_dict": {n: self.dtype for n in pg.symbol.list_arguments()}}
         start = time.perf_counter()
         with quiet():
             self.executor = pg.symbol.simple_bind(ctx=self.contexts[0], group2ctx=group2ctx, grad_req=grad_req,
-                                                  **pg.shapes())
+                                                  **types, **pg.shapes())
         self.bind_seconds = time.perf_counter() - start
         self.params = [v for v in pg.variables if v.role is Role.PARAM and v.name in self.executor.grad_dict]
         self.load(values)
-        self.moms = {v.name: mx.nd.zeros(v.shape, ctx=self.contexts[devices[v.name]]) for v in self.params}
+        self.moms = {v.name: mx.nd.zeros(v.shape, ctx=self.contexts[devices[v.name]], dtype=self.dtype)
+                     for v in self.params}
         self.step_seconds: list[float] = []
 
     def load(self, values: Mapping[str, np.ndarray]) -> None:
@@ -140,13 +181,22 @@ class Trainer:
         with quiet():
             outs = self.executor.forward(is_train=True)
             self.executor.backward()
-            for v in self.params:
-                w = self.executor.arg_dict[v.name]
-                mx.nd.sgd_mom_update(w, self.executor.grad_dict[v.name], self.moms[v.name], lr=self.lr,
-                                     momentum=self.momentum, out=w)
+            self._update()
             mx.nd.waitall()
             self.step_seconds.append(time.perf_counter() - start)
             return self._assemble([o.asnumpy() for o in outs])
+
+    def update(self) -> None:
+        """The SGD-momentum update of every parameter from the gradients of the last :meth:`forward_backward`
+        (with it, one :meth:`step`, untimed)."""
+        with quiet():
+            self._update()
+
+    def _update(self) -> None:
+        for v in self.params:
+            w = self.executor.arg_dict[v.name]
+            mx.nd.sgd_mom_update(w, self.executor.grad_dict[v.name], self.moms[v.name], lr=self.lr,
+                                 momentum=self.momentum, out=w)
 
     def _assemble(self, outs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         full: dict[str, np.ndarray] = {}
