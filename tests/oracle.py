@@ -11,7 +11,11 @@ each worker needs and does not have:
   only the first worker computing each piece reads, as MXNet runs no other copy);
 * an op's output, turned into every worker's held box: the elements of the held box w did not produce itself,
   once per partial-sum class covering them (the reduction of partial outputs); a graph output that no op
-  reads is handed out as computed, unless it is left in partial sums;
+  reads is handed out as computed, unless it is left in partial sums; in ``shared``, only to the holders
+  MXNet reads from (:func:`live_calls`: a running op's own piece, else the nearest holder of each cell it
+  reads, and a graph output's first holder of each box; the runtime converts to no other: dead code), and
+  the inputs only of the calls MXNet runs (that make a piece some holder read takes, or that exchange
+  statistics with one);
 * the backward pass is the adjoint: the same elements again for every tensor that has a gradient (not a loss
   op's output: its backward ignores that gradient); in ``shared``, only for the elements computed by a call
   that reads something with a gradient through an input it differentiates (MXNet prunes the backward of a
@@ -24,7 +28,9 @@ each worker needs and does not have:
 * a statistics exchange over the n workers that differ only at its steps: 2 (n - 1) |S| per group when
   |S| >= n, n (n - 1) |S| otherwise (every device reads every partial), and as much for its gradient when
   the tensor it is computed from has one and the op is not a loss (a loss's backward is its own, local);
-  S as the analysis sizes the statistic on the worker's piece;
+  S as the analysis sizes the statistic on the worker's piece; in ``shared``, only the groups with a running
+  call (of a loss computed whole over later cuts, its first copies' group), and the gradient only where the
+  group's pieces of that tensor carry one (the channels of Concat(data, conv) from data carry none);
 * ``kept``: the forward part of the input receipts of ops that keep their inputs for the backward pass
   (the remote regions a device holds until then); ``kept_per_device``: the same per device, each remote cell
   once (the runtime's one copy, read by every op there);
@@ -206,7 +212,8 @@ def count(graph: Graph, plan) -> Count:
 
     held = holder_boxes(graph, factors, dims)
     runs = {node.id: _running(graph, node, choices[node.id], factors, const) for node in graph.nodes}
-    reached, arriving = _reached(graph, runs, held, dims, factors, const, consumed)
+    live, needed = live_calls(graph, runs, held, dims, factors, const, read)
+    reached, arriving = _reached(graph, runs, live, held, dims, factors, const, consumed, needed)
     tied = fetch_groups(graph)              # ops that fetch a piece they all read once (per worker)
     per_tensor: dict[str, float] = {}
     per_edge: dict[tuple, float] = {}
@@ -215,11 +222,12 @@ def count(graph: Graph, plan) -> Count:
     sent: set = set()
 
     def charge(t, elements, key=None, label=None, group=None, node=None, keeps=False, cells=None, back=None,
-               grad=None):
+               grad=None, runs=True):
         """``cells``: the remote cells of an input piece, each sent once per device (``shared``), and back when
         their region carries a gradient and some reader there gives them one (``back``, default: it does);
         without cells, ``back``: whether ``shared`` counts the backward pass (default: the tensor has a
-        gradient); ``grad``: whether both totals do (default: the tensor has a gradient)."""
+        gradient); ``grad``: whether both totals do (default: the tensor has a gradient); ``runs``: whether
+        MXNet runs what moves it (else ``per_consumer`` alone counts it: a holder no running op reads from)."""
         nonlocal shared_total, kept_total
         b = elements * item[t] * (1 + ((t in grads) if grad is None else grad))
         label = label or graph.tensors[t].name
@@ -231,7 +239,7 @@ def count(graph: Graph, plan) -> Count:
                 kept_total += elements * item[t]
             if key is not None:
                 sent.add((group, key))
-        if cells is not None:
+        if cells is not None and runs:
             for cell in cells:
                 if keeps and cell not in kept_cells:
                     kept_cells.add(cell)
@@ -242,7 +250,7 @@ def count(graph: Graph, plan) -> Count:
                 if back is not False and carries(t, cell[2]) and ("back", cell) not in sent:
                     sent.add(("back", cell))
                     shared_total += _size(cell[2]) * item[t]
-        elif key is None or key not in sent:
+        elif runs and (key is None or key not in sent):
             shared_total += b if back is None else elements * item[t] * (1 + back)
             if key is not None:
                 sent.add(key)
@@ -253,6 +261,7 @@ def count(graph: Graph, plan) -> Count:
         arrives = node.id in arriving
         for call in running:
             w = call.worker
+            runs_here = call.worker in live[node.id]
             reads_gradient = any(carries(node.inputs[p.input], p.data) for q, p in enumerate(call.inputs)
                                  if not p.zeroed and p.read and _size(p.data) and _gives(node.op, call, q, True))
             for o, t in enumerate(node.outputs):
@@ -270,9 +279,10 @@ def count(graph: Graph, plan) -> Count:
                          if own is None or _size(_meet(c, own)) < _size(c)]
                 gives = _gives(node.op, call, q, arrives) or _assembled(piece.data, piece.box, held[t], w)
                 charge(t, _size(piece.data) - local, (t, w, piece.data), group=tied[node.id], node=node.name,
-                       keeps=rule_for(node).keeps_inputs, cells=cells, back=gives)
+                       keeps=rule_for(node).keeps_inputs, cells=cells, back=gives, runs=runs_here)
         if calls[0].expansion:
-            _exchange(node, view, calls, factors, choices[node.id], charge)
+            _exchange(node, view, calls, factors, choices[node.id], charge,
+                      [c for c in calls if c.worker in live[node.id]], carries)
         for o, t in enumerate(node.outputs):        # worker 0's largest partial or unconverted output piece
             piece = calls[0].outputs[o]
             if piece.partial or piece.box != _held(graph.tensors[t].shape, dims[t], factors, 0):
@@ -300,7 +310,8 @@ def count(graph: Graph, plan) -> Count:
                     #                                                          overlaps the others' pieces
                     own = max((_size(_meet(want, b)) for u, b, c in produced if u == w and c == key), default=0)
                     moved += need - own
-                charge(t, moved, node=node.name, back=back)
+                # (``shared`` only to a holder whose piece MXNet reads: the runtime builds no other)
+                charge(t, moved, node=node.name, back=back, runs=w in needed[t])
     return Count(sum(per_tensor.values()), shared_total,
                  tuple(per_tensor.items()), tuple(per_edge.items()), kept_total, largest, tuple(kept_device))
 
@@ -317,6 +328,83 @@ def _running(graph: Graph, node, choices, factors, const: set[int]) -> tuple[lis
     for c in calls:
         first.setdefault((c.outputs[0].box, tuple(_coords(c.worker, factors)[j] for j in c.outputs[0].partial)), c)
     return calls, list(first.values())
+
+
+def _distance(u: int, w: int, factors) -> int:
+    """The runtime's distance between two workers: 0 for one, else the cuts below the first that separates them."""
+    if u == w:
+        return 0
+    cu, cw = _coords(u, factors), _coords(w, factors)
+    return len(factors) - next(j for j, (a, b) in enumerate(zip(cu, cw)) if a != b)
+
+
+def live_calls(graph: Graph, runs: dict, held: dict, dims: dict, factors, const: set[int],
+               read: set[int]) -> tuple[dict[int, set[int]], dict[int, set[int]]]:
+    """What MXNet runs of the plan (only what the graph outputs need: dead code is never run), back from the
+    graph outputs: per node id the workers whose call runs, and per tensor id the holders whose piece is read,
+    so that the runtime converts the op's output to them. A running call reads its own piece when it holds the
+    whole of what it reads, else each cell of it from the nearest holder (the fewest cuts apart, then the lowest
+    worker: the rewriter's rule); a graph output is read from the first holder of each box (handed out as
+    computed, when no op reads it and it is whole: the first call of each box). A call runs when it is one of
+    those ``runs`` lets run (a loss: one per piece) and a holder read takes a cell of its output from it (its
+    own output when it computes the whole holder's box, else the nearest of each partial-sum class), or it is in
+    the statistics exchange of a running call (its partial statistic is read). So a loss run once per piece
+    reads only some replicas of its input, and what computes the others does not run."""
+    k = math.prod(factors)
+    live: dict[int, set[int]] = {}
+    needed: dict[int, set[int]] = {t.id: set() for t in graph.tensors}
+    heads = set(graph.heads)
+    for t in heads:
+        first: dict[Box, int] = {}
+        for w, b in held[t].items():
+            first.setdefault(b, w)
+        needed[t].update(first.values())
+    for node in reversed(graph.nodes):
+        calls, running = runs[node.id]
+        allowed = {c.worker: c for c in running}
+        taken: set[int] = set()
+        for o, t in enumerate(node.outputs):
+            produced = [(c.worker, c.outputs[o].box, tuple(_coords(c.worker, factors)[j] for j in c.outputs[o].partial))
+                        for c in allowed.values()]
+            if t in heads and t not in read and all(not key for _, _, key in produced):
+                first: dict[Box, int] = {}
+                for w, b, _ in produced:
+                    first.setdefault(b, w)
+                taken.update(first.values())        # handed out as computed
+                continue
+            for w in needed[t]:
+                want = _held(graph.tensors[t].shape, dims[t], factors, w)
+                if all(not key for _, _, key in produced) and any(
+                        u == w and _size(_meet(b, want)) == _size(want) for u, b, _ in produced):
+                    taken.add(w)
+                    continue
+                for cell in _cells(want, [b for _, b, _ in produced]):
+                    nearest: dict[tuple, tuple[int, int]] = {}
+                    for u, b, key in produced:
+                        if _size(_meet(b, cell)) == _size(cell):
+                            nearest[key] = min(nearest.get(key, (k + 1, u)), (_distance(u, w, factors), u))
+                    taken.update(u for _, u in nearest.values())
+        if calls and calls[0].expansion and calls[0].exchange_steps:
+            steps = calls[0].exchange_steps
+            groups = {tuple(c for j, c in enumerate(_coords(w, factors)) if j not in steps) for w in taken}
+            taken |= {w for w in allowed
+                      if tuple(c for j, c in enumerate(_coords(w, factors)) if j not in steps) in groups}
+        live[node.id] = taken & set(allowed)
+        for w in live[node.id]:
+            call = allowed[w]
+            for p in call.inputs:
+                t = node.inputs[p.input]
+                if (p.zeroed or not p.read or graph.tensors[t].role is Role.AUX or t in const
+                        or not _size(p.data)):
+                    continue
+                own = held[t].get(w)
+                if own is not None and _size(_meet(p.data, own)) == _size(p.data):
+                    needed[t].add(w)
+                    continue
+                for cell in _cells(p.data, held[t].values()):
+                    needed[t].add(min((_distance(u, w, factors), u) for u, b in held[t].items()
+                                      if _size(_meet(b, cell)) == _size(cell))[1])
+    return live, needed
 
 
 def _gives(op: str, call, q: int, arrives: bool) -> bool:
@@ -348,23 +436,24 @@ def _assembles(want: Box, produced: list, w: int) -> bool:
     return len({key for _, key in parts}) > 1 or len(_cells(want, [b for b, _ in parts])) > 1
 
 
-def _reached(graph: Graph, runs: dict, held: dict, dims: dict, factors, const: set[int],
-             consumed: set[int]) -> tuple[set[int], set[int]]:
+def _reached(graph: Graph, runs: dict, live: dict, held: dict, dims: dict, factors, const: set[int],
+             consumed: set[int], needed: dict[int, set[int]]) -> tuple[set[int], set[int]]:
     """The tensors a gradient reaches where they are read, not only MXNet's zeros (the graph outputs; then, back
     through the nodes, an input that a running call gives one, :func:`_gives`, or assembles from several
-    cells); and the nodes one reaches: an output that one reaches, or whose pieces some holder assembles (the
-    concat or sum runs its backward on zeros)."""
+    cells); and the nodes one reaches: an output that one reaches, or whose pieces some holder MXNet reads
+    (:func:`live_calls`) assembles (the concat or sum runs its backward on zeros)."""
     found, arriving = set(graph.heads), set()
-    k = math.prod(factors)
     for node in reversed(graph.nodes):
         calls, running = runs[node.id]
         for o, t in enumerate(node.outputs):
             produced = [(c.worker, c.outputs[o].box, tuple(_coords(c.worker, factors)[j] for j in c.outputs[o].partial))
                         for c in calls]
             if t in found or (t in consumed and t not in const and any(
-                    _assembles(_held(graph.tensors[t].shape, dims[t], factors, w), produced, w) for w in range(k))):
+                    _assembles(_held(graph.tensors[t].shape, dims[t], factors, w), produced, w) for w in needed[t])):
                 arriving.add(node.id)
         for call in running:
+            if call.worker not in live[node.id]:
+                continue
             for q, p in enumerate(call.inputs):
                 t = node.inputs[p.input]
                 if p.zeroed or not p.read or graph.tensors[t].role is Role.AUX or t in const:
@@ -374,19 +463,30 @@ def _reached(graph: Graph, runs: dict, held: dict, dims: dict, factors, const: s
     return found, arriving
 
 
-def _exchange(node, view, calls, factors, choices, charge):
+def _exchange(node, view, calls, factors, choices, charge, running=None, carries=None):
     """The statistics all-reduce of an op run by its expansion: 2 (n - 1) |S| per group of the n workers that
     differ only at the exchange steps, |S| the statistic as the analysis sizes it on the group's pieces; as
     much backward when the input it is computed from has a gradient, unless the op is a loss (its backward
-    ignores the gradient arriving at its output, so none reaches the statistics: SoftmaxOutput's is local)."""
+    ignores the gradient arriving at its output, so none reaches the statistics: SoftmaxOutput's is local).
+    ``shared`` counts only the groups with a call in ``running`` (default: every call; of a loss computed whole
+    over later cuts, its first copies' group: MXNet runs no other), and the gradient only of a group whose
+    pieces of that input carry one (``carries(tensor, region)``, default: all do; MXNet prunes the backward of
+    the channels of Concat(data, conv) that come from data)."""
     from tofu.analysis.strategies import strategies
 
     steps = calls[0].exchange_steps
     n = math.prod(factors[j] for j in steps)
     var = choices[steps[-1]].var
+
+    def group(call) -> tuple:
+        return tuple(c for j, c in enumerate(_coords(call.worker, factors)) if j not in steps)
+
+    live = {group(call) for call in (calls if running is None else running)}
+    carried = {group(c) for c in calls if carries is not None and any(
+        carries(node.inputs[0], p.data) for p in c.inputs if p.input == 0 and not p.zeroed and p.read)}
     seen = set()
     for call in calls:
-        key = tuple(c for j, c in enumerate(_coords(call.worker, factors)) if j not in steps)
+        key = group(call)
         if key in seen:
             continue
         seen.add(key)
@@ -398,5 +498,6 @@ def _exchange(node, view, calls, factors, choices, charge):
         # its gradient flows back to the input it is computed from, and is exchanged when that has a gradient
         # a reduce-scatter and an all-gather when the statistic has n elements or more; else all to all
         moved = sum(2 * (n - 1) * e if e >= n else n * (n - 1) * e for e in found[0].exchange_elements)
-        charge(node.inputs[0], moved, label=f"op:{node.name}", grad=False if node.op in LOSS_OPS else None)
+        charge(node.inputs[0], moved, label=f"op:{node.name}", grad=False if node.op in LOSS_OPS else None,
+               runs=key in live, back=None if carries is None else node.op not in LOSS_OPS and key in carried)
 

@@ -22,14 +22,17 @@ every worker's call as :func:`tofu.analysis.compose.compose` gives it, and keeps
   zero gives none, an expansion none to an input its symbol does not differentiate, as SoftmaxOutput's its
   label, read through ``one_hot``; zeros pass back through the cut and through ops that pass them on, but a
   concat, a partial sum or a pad that assembles a piece runs its backward on them); a statistics exchange moves
-  2 (n - 1) |S|, and its gradient as much when the tensor the statistic is computed from has a gradient and
-  the op's expansion lets the statistic carry it (SoftmaxOutput's does not: its backward is local).
+  2 (n - 1) |S| per group of workers MXNet runs (of a loss computed whole over later cuts, only its first
+  copies' group: the other copies' exchanges feed nothing), and its gradient as much when the group's pieces
+  of the tensor the statistic is computed from depend on a variable with a gradient (not the channels of
+  Concat(data, conv) that come from data) and the op's expansion lets the statistic carry it
+  (SoftmaxOutput's does not: its backward is local).
 
 The search's cost model (cost.py) charges every op for its own pieces, which keeps a cut's cost separable
-for the solvers; this count equals it but where several ops on a device read one cell, a piece feeds
-nothing an output needs, or only MXNet's zero gradient reaches a piece (the cost model charges the backward
-of every piece of a tensor with a gradient). Step j's cost in a plan is this count for j cuts less that for
-j - 1.
+for the solvers; this count equals it but where several ops on a device read one cell, a piece or a
+statistics exchange feeds nothing an output needs, or only MXNet's zero gradient reaches a piece (the cost
+model charges the backward of every piece of a tensor with a gradient). Step j's cost in a plan is this count
+for j cuts less that for j - 1.
 """
 from __future__ import annotations
 
@@ -137,9 +140,9 @@ class _Replay:
             calls = _calls(node.op, node.attrs, tuple(graph.tensors[t].shape for t in node.inputs),
                            tuple(graph.tensors[t].shape for t in node.outputs), tuple(self.choices[node.id]),
                            self.factors)
-            syms = []
+            syms, needs = [], []       # per call: its symbol, and whether its first input's pieces need a gradient
             for call in calls:
-                reads, gives = [], []
+                reads, gives, first = [], [], []
                 for q, p in enumerate(call.inputs):
                     t = node.inputs[p.input]
                     if p.zeroed or not p.read or graph.tensors[t].role is Role.AUX or t in self.const:
@@ -152,9 +155,12 @@ class _Replay:
                         got = [self.symbol(got, gives=(RUNS,) * len(got))]     # assembled: concat, add_n, pad
                     reads += got
                     gives += [_gives(node.op, call, q)] * len(got)
+                    if p.input == 0:
+                        first += got
                 syms.append(self.symbol(reads, gives=gives))
+                needs.append(any(self.needs[g] for g in first))
             if calls[0].expansion:
-                exchanges.append((syms, self.exchange(node, calls)))
+                exchanges += self.exchange(node, calls, syms, needs)
             for o, t in enumerate(node.outputs):
                 if t not in consumed:
                     continue
@@ -180,7 +186,7 @@ class _Replay:
         live = self.live_symbols = self.live(roots)
         reached = self.reached(roots, live)
         total = sum(self.nbytes[s] + (self.back[s] if reached[s] else 0.0) for s in live)
-        return total + sum(nbytes for syms, nbytes in exchanges if any(s in live for s in syms))
+        return total + sum(nbytes for group, nbytes in exchanges if any(s in live for s in group))
 
     def held_piece(self, cells: list[int]) -> int:
         """A holder's piece of an op's output, from the cells of its pieces (several: assembled)."""
@@ -264,12 +270,16 @@ class _Replay:
                 self.received[self.sent[sent]] = (dst, forward)
         return self.sent[sent]
 
-    def exchange(self, node, calls) -> float:
-        """The statistics all-reduce of an op run by its expansion (:func:`allreduce_elements` of each statistic
-        S, 2 (n - 1) |S| when |S| >= n) per group of the n workers that
-        differ only at the exchange steps, and as much for its gradient when the op's first input (the tensor the
-        statistic is computed from) has one (Gluon's resnet v2 normalises the data itself: no gradient there) and
-        the op's expansion lets the statistic carry it (``statistics_gradient``)."""
+    def exchange(self, node, calls, syms: Sequence[int], needs: Sequence[bool]) -> list[tuple[list[int], float]]:
+        """The statistics all-reduce of an op run by its expansion, per group of the n workers that differ only
+        at the exchange steps: the group's calls' symbols (``syms``, one per call) and its bytes,
+        :func:`allreduce_elements` of each statistic S (2 (n - 1) |S| when |S| >= n), and as much for its
+        gradient when the op's first input (the tensor the statistic is computed from) has one, the group's
+        pieces of it depend on a variable with one (``needs``, per call: Gluon's resnet v2 normalises the data
+        itself, and the channels of Concat(data, conv) that come from data need none; MXNet prunes that
+        backward), and the op's expansion lets the statistic carry it (``statistics_gradient``). A group moves
+        its bytes only when MXNet runs it (some call of it is live): of a loss computed whole over later steps,
+        the group of its first copies alone."""
         from tofu.analysis.strategies import strategies
 
         steps = calls[0].exchange_steps
@@ -277,18 +287,20 @@ class _Replay:
         var = self.choices[node.id][steps[-1]].var
         data = self.graph.tensors[node.inputs[0]]          # the statistic is computed from it: its gradient
         backward = data.id in self.grads and registry.expansion(node.op).statistics_gradient  # is exchanged too
-        scale = np.dtype(data.dtype).itemsize * (1 + backward)
-        total, seen = 0.0, set()
-        for call in calls:
+        members: dict[tuple, list[int]] = {}        # per group: its calls' positions
+        for i, call in enumerate(calls):
             key = tuple(c for j, c in enumerate(self.coords[call.worker]) if j not in steps)
-            if key in seen:
-                continue
-            seen.add(key)
+            members.setdefault(key, []).append(i)
+        out = []
+        for group in members.values():
+            call = calls[group[0]]
             piece = NodeView(node.op, call.attrs, tuple(tuple(b - a for a, b in p.box) for p in call.inputs),
                              tuple(tuple(b - a for a, b in o.box) for o in call.outputs), (), ())
             found = [s for s in strategies(piece.describe(), 1) if s.var == var and s.exchanges]
-            total += sum(allreduce_elements(e, n) for e in found[0].exchange_elements) * scale if found else 0.0
-        return total
+            scale = np.dtype(data.dtype).itemsize * (1 + (backward and any(needs[i] for i in group)))
+            out.append(([syms[i] for i in group], sum(allreduce_elements(e, n) for e in found[0].exchange_elements)
+                        * scale if found else 0.0))
+        return out
 
 
 def _gives(op: str, call, q: int) -> Gives:
