@@ -19,10 +19,11 @@ from experiments.table_markdown import DocTable, Rows, markdown_table, unique  #
 Row = Mapping[str, object]
 
 
-def ranking(rows: Sequence[Row]) -> dict:
+def ranking(rows: Sequence[Row], by: str = "predicted_seconds") -> dict:
     """Over every pair of plans of one (model, batch, k >= 2), both measured: how many pairs the engine ranks as
     measured (the plan it simulates faster is the one measured faster), and how many it ties (equal simulated
-    times: the same program; left out of the fraction)."""
+    times: the same program; left out of the fraction). ``by``: the column that predicts (another column, such as
+    ``tasks``, ranks by a simpler predictor: fewer tasks, faster)."""
     groups: dict[tuple, list[Row]] = {}
     for r in rows:
         if r["level"] == "step" and r["status"] == "ok" and int(r["workers"]) >= 2:
@@ -31,7 +32,7 @@ def ranking(rows: Sequence[Row]) -> dict:
     disagreements = []
     for key, group in groups.items():
         for a, b in itertools.combinations(group, 2):
-            pa, pb = float(a["predicted_seconds"]), float(b["predicted_seconds"])
+            pa, pb = float(a[by]), float(b[by])
             ma, mb = float(a["measured_seconds"]), float(b["measured_seconds"])
             if pa == pb:
                 ties += 1

