@@ -191,7 +191,7 @@ def softmax_output_exchange(pieces, shapes, attrs: SoftmaxOutputAttrs, allreduce
     the one arriving and sends its input's factor to x_w. The statistics carry no gradient: the backward pass
     exchanges nothing (``statistics_gradient=False``). Nor does the label, read through ``one_hot`` alone (its
     gradient is MXNet's zero): a label piece read from another device is not sent back, as the counts derive
-    from this symbol (``tofu.sim.program.expansion_gradients``).
+    from this symbol (``tofu.graph.gradients.expansion_gradients``).
 
     Raises:
         TDLError: attributes or shapes it cannot run (:func:`_softmax_output_refusal`).

@@ -64,7 +64,7 @@ from tofu.analysis.compose import compose
 from tofu.analysis.views import NodeView
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.graph.memory import rule_for
-from tofu.sim.program import expansion_gradients, gives_gradient
+from tofu.graph.gradients import expansion_gradients, gives_gradient
 
 Box = tuple[tuple[int, int], ...]
 

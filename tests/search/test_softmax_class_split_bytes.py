@@ -4,8 +4,8 @@ MXNet's gradient pass gives an input MXNet's zero (a ``zeros_like`` node, no bac
 for it is zero (``one_hot``'s index, ``BlockGrad``), passes zeros back through most ops and drops them from sums:
 a piece read on another device only through such a path has no backward copy. The counts (the plan's,
 :func:`tofu.search.copies.copied_bytes`; the symbol's program; tests/oracle.py) follow the rule of
-:func:`tofu.sim.program.gives_gradient`. Here: its tables against MXNet's own gradient pass for every described
-op, what each expansion differentiates (:func:`tofu.sim.program.expansion_gradients`) against MXNet's, and the
+:func:`tofu.graph.gradients.gives_gradient`. Here: its tables against MXNet's own gradient pass for every described
+op, what each expansion differentiates (:func:`tofu.graph.gradients.expansion_gradients`) against MXNet's, and the
 counts against the copies MXNet's bound executor makes (:func:`tofu.runtime.train.measure_copies`) on two graphs
 other than the fuzz's smallest case (tests/test_fuzz.py) where MXNet prunes such a copy: a label (a parameter,
 its shape not given) read by SoftmaxOutput's expansion through ``one_hot``, and rows of an activation that
@@ -26,10 +26,11 @@ from tests.oracle import _running, count, plan_tables
 from tofu import registry
 from tofu.api import partitioned
 from tofu.graph import import_symbol
+from tofu.graph.gradients import expansion_gradients, gives_gradient
 from tofu.graph.single_op import op_symbol
 from tofu.runtime.train import Trainer, measure_copies
 from tofu.search.algorithms import plan_graph
-from tofu.sim.program import Phase, TaskKind, expansion_gradients, gives_gradient, program_from_plan, \
+from tofu.sim.program import Phase, TaskKind, program_from_plan, \
     program_from_symbol
 from tofu.tdl.describe import typed_attrs
 

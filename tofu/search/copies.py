@@ -18,7 +18,7 @@ every worker's call as :func:`tofu.analysis.compose.compose` gives it, and keeps
 * a cell crosses back in the backward pass when its tensor has a gradient, the piece it is cut from
   depends on a variable with one through ops that pass it (a piece of Concat(data, f1) made of data alone
   has none: MXNet prunes its backward, though the tensor has a gradient), and what reads it on the
-  destination gives it one (:func:`tofu.sim.program.gives_gradient`, MXNet's rule: an op whose gradient is
+  destination gives it one (:func:`tofu.graph.gradients.gives_gradient`, MXNet's rule: an op whose gradient is
   zero gives none, an expansion none to an input its symbol does not differentiate, as SoftmaxOutput's its
   label, read through ``one_hot``; zeros pass back through the cut and through ops that pass them on, but a
   concat, a partial sum or a pad that assembles a piece runs its backward on them); a statistics exchange moves
@@ -50,7 +50,7 @@ from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.graph.memory import rule_for
 from tofu.search.constants import constant_tensors
 from tofu.search.cost import allreduce_elements
-from tofu.sim.program import expansion_gradients, gives_gradient
+from tofu.graph.gradients import expansion_gradients, gives_gradient
 
 Box = tuple[tuple[int, int], ...]
 Gives = tuple[bool, bool]       # whether a symbol gives an input a gradient when one arrives at it, when zeros do

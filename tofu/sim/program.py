@@ -61,9 +61,11 @@ import os
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 
 from tofu.errors import TofuError
+from tofu.graph.gradients import NO_GRADIENT_OPS as _NO_GRADIENT
+from tofu.graph.gradients import expansion_gradients, gives_gradient
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.sim.flops import OpClass
 from tofu.sim.glue import Dataflow, FlowOp, FlowValue, _device, _shapes, _work, dataflow_from_plan
@@ -85,87 +87,6 @@ def eliminates_common_expressions() -> bool:
     importing ``tofu`` sets to 0 unless the user set it (each device computes its own ops:
     docs/runtime.md); MXNet's default is on."""
     return os.environ.get("MXNET_ELIMINATE_COMMON_EXPR", "1") != "0"
-
-
-ZERO_GRADIENT_OPS = frozenset({
-    "BlockGrad", "stop_gradient", "zeros_like", "ones_like", "one_hot", "argmax", "argmin", "argsort", "round",
-    "rint", "ceil", "floor", "fix", "trunc", "logical_not", "shape_array", "size_array", "_equal", "_not_equal",
-    "_greater", "_greater_equal", "_lesser", "_lesser_equal", "_equal_scalar", "_not_equal_scalar",
-    "_greater_scalar", "_greater_equal_scalar", "_lesser_scalar", "_lesser_equal_scalar", "_logical_and",
-    "_logical_or", "_logical_xor", "_logical_and_scalar", "_logical_or_scalar", "_logical_xor_scalar",
-    "broadcast_equal", "broadcast_not_equal", "broadcast_greater", "broadcast_greater_equal", "broadcast_lesser",
-    "broadcast_lesser_equal", "broadcast_logical_and", "broadcast_logical_or", "broadcast_logical_xor"})
-"""Ops whose gradient to every input is MXNet's zero (their FGradient is ``MakeZeroGradNodes``: a ``zeros_like``
-node, not a backward): nothing they read gets a gradient through them (an index read by ``one_hot``, what
-``BlockGrad`` stops, a comparison's operands)."""
-
-ZERO_GRADIENT_INPUTS = {"pick": frozenset({1}), "gather_nd": frozenset({1}), "broadcast_like": frozenset({1}),
-                        "reshape_like": frozenset({1}), "where": frozenset({0})}
-"""Ops whose gradient to some of their inputs (by position) is MXNet's zero: an index, a condition, an input
-read for its shape."""
-
-RUNS_ON_ZEROS = frozenset({
-    "Concat", "concat", "add_n", "ElementWiseSum", "SliceChannel", "split", "Pad", "pad", "SwapAxis", "swapaxes",
-    "Crop", "FullyConnected", "Convolution", "Deconvolution", "batch_dot", "Activation", "LeakyReLU", "Dropout",
-    "Pooling", "UpSampling", "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm", "L2Normalization", "LRN",
-    "SequenceLast", "SequenceMask", "SequenceReverse", "gather_nd", "moments", "where"})
-"""Ops whose backward MXNet runs when every gradient arriving at their outputs is its zero (their FGradient
-builds the backward node without checking: ``MakeGradNode``, a legacy op's): their inputs get a gradient (of
-zeros, but one MXNet keeps, sums and copies). Every other op's FGradient (``MakeNonlossGradNode``,
-``CloneGradient``) gives zeros for zeros: a zero passes back through it."""
-
-_NO_GRADIENT = ZERO_GRADIENT_OPS | {"_zeros", "zeros", "_full", "full"}
-"""Ops through which no gradient flows (their FGradient gives zeros, or they read nothing)."""
-
-
-def gives_gradient(op: str, arrives: bool | None, position: int | None = None) -> bool:
-    """Whether MXNet's backward of ``op`` gives its input at ``position`` (None: any input but those of
-    :data:`ZERO_GRADIENT_INPUTS`) a gradient that is not MXNet's zero, ``arrives`` telling what reaches the op's
-    outputs: True a gradient, False only zeros, None nothing (no output is read towards a variable with a
-    gradient). The rule (``src/nnvm/gradient.cc``, the ops' FGradient; tests/search/test_softmax_class_split_bytes.py
-    checks the tables against MXNet's gradient pass for every described op): none through
-    :data:`ZERO_GRADIENT_OPS` (and the inputs of :data:`ZERO_GRADIENT_INPUTS`); a loss's backward ignores
-    what arrives (it injects the loss gradient); zeros pass back through every op but :data:`RUNS_ON_ZEROS`.
-    A zero is dropped from a sum with other contributions, so a value whose every contribution is zero has
-    none: MXNet prunes its backward, and a cross-device copy of it sends nothing back."""
-    if op in _NO_GRADIENT or position in ZERO_GRADIENT_INPUTS.get(op, ()):
-        return False
-    if arrives or op in LOSS_OPS:
-        return True
-    return arrives is False and op in RUNS_ON_ZEROS
-
-
-@lru_cache(maxsize=4096)
-def expansion_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...], origins: tuple[tuple[int, ...], ...],
-                        arrives: bool = True) -> tuple[bool, ...]:
-    """Per input of ``op`` run by its expansion (``tofu.registry.expansion``) on one worker's pieces of
-    ``shapes`` starting at ``origins``: whether the expansion's MXNet symbol gives it a gradient, ``arrives``
-    telling whether one reaches the outputs (else only zeros). Traced back from the outputs with
-    :func:`gives_gradient`, the statistics exchange as an ``add_n`` (its concats and sums run their backward on
-    zeros): SoftmaxOutput's reads its label through ``one_hot`` alone, so the label gets none."""
-    import mxnet as mx
-
-    from tofu import registry
-    from tofu.tdl.describe import typed_attrs
-
-    expand = registry.expansion(op)
-    typed = typed_attrs(registry.lookup(op).attrs_type, attrs, op)
-    names = [f"_tofu_input{i}" for i in range(len(shapes))]
-    with mx.name.NameManager():      # its own names: the rewriter's later symbols are named as without it
-        outs = expand([[mx.sym.var(n) for n in names]], [list(shapes)], typed,
-                      lambda parts, reducer="sum": [mx.sym.add_n(*parts)], [list(origins)])
-        doc = json.loads(mx.sym.Group([o for out in outs for o in out]).tojson())
-    nodes = doc["nodes"]
-    got: list[bool | None] = [None] * len(nodes)        # per node: a gradient, only zeros, nothing
-    for h in doc["heads"]:
-        got[h[0]] = arrives
-    for i in reversed(range(len(nodes))):               # the JSON lists the nodes in a topological order
-        if nodes[i]["op"] == "null":
-            continue
-        for p, (j, *_) in enumerate(nodes[i]["inputs"]):
-            got[j] = True if gives_gradient(nodes[i]["op"], got[i], p) or got[j] else False
-    found = {n["name"]: got[j] for j, n in enumerate(nodes) if n["op"] == "null"}
-    return tuple(found.get(n) is True for n in names)
 
 
 _PASS_THROUGH = frozenset({"elemwise_add", "_plus", "_Plus", "_add"})
