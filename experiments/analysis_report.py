@@ -216,7 +216,7 @@ class StrategyRow:
     instance: PartitionStrategy | None        # None: the split extent is not a multiple of k
     kernel_reason: str | None                 # None: MXNet's kernel runs every worker's shard
     inputs: tuple[InputCheck, ...]
-    expansion: bool = False                   # exchanges statistics and the op declares an expansion
+    expansion: bool = False                   # the op's expansion runs it (statistics exchanged, or ``partials``)
 
     @property
     def kernel_executable(self) -> bool:
@@ -224,7 +224,8 @@ class StrategyRow:
 
     @property
     def runnable(self) -> bool:
-        """By MXNet's kernel on each shard, or by the op's expansion (statistics exchanged)."""
+        """By MXNet's kernel on each shard, or by the op's expansion (statistics exchanged, or a reduction split
+        the kernel cannot run, ``partials``)."""
         return self.kernel_executable or (self.instance is not None and self.expansion)
 
     def with_verdict(self, verdict: str) -> tuple[InputCheck, ...]:
@@ -341,15 +342,18 @@ def report_case(op: str, index: int, case, k: int) -> CaseReport:
     attrs = case.parsed_attrs()
     desc = describe(op, attrs, case.shapes, infer_op_shapes(op, attrs, case.shapes))
     analysis = analyse(desc)
-    expandable = registry.expansion(op) is not None
+    expansion = registry.expansion(op)
     rows = []
     for sym in analysis.strategies:
         inst = instantiate(desc, sym, k)
         if inst is None:
             rows.append(StrategyRow(op, index, str(case), sym, None, None, ()))
             continue
-        rows.append(StrategyRow(op, index, str(case), sym, inst, kernel_reason(op, attrs, inst, desc),
-                                compare_regions(desc, inst), expandable and bool(sym.exchanges)))
+        reason = kernel_reason(op, attrs, inst, desc)
+        expands = expansion is not None and (bool(sym.exchanges) or (
+            sym.kind == "reduce" and reason is not None and expansion.partials
+            and expansion.runs(desc.attrs, case.shapes)))
+        rows.append(StrategyRow(op, index, str(case), sym, inst, reason, compare_regions(desc, inst), expands))
     return CaseReport(op, index, str(case), tuple(rows), tuple(f"{u.var}: {u.reason}" for u in analysis.unsplittable),
                       nested_reductions(desc, analysis.strategies))
 
@@ -444,6 +448,7 @@ def summary(reports: Sequence[CaseReport], k: int) -> str:
     return (f"ops {len({r.op for r in reports})}, cases {len(reports)}, strategies {len(rows)} (k={k}), "
             f"kernel-executable {sum(row.kernel_executable for row in rows)}, "
             f"exchanging statistics {len(exchanging)} ({sum(row.expansion for row in exchanging)} by expansion), "
+            f"reduction splits by expansion {sum(row.expansion and not row.strategy.exchanges for row in rows)}, "
             f"not runnable {sum(not row.runnable for row in rows)}, "
             f"misses {misses} (inputs; in {sum(1 for row in rows if row.with_verdict('miss'))} strategies), "
             f"unsound {unsound}, cases with nested reductions {nested}")

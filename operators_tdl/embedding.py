@@ -25,8 +25,42 @@ class EmbeddingAttrs:
     Case(shapes=((2, 3), (6, 5)), attrs={"input_dim": 6, "output_dim": 5}, ints=((0, 6),)),
 ])
 def embedding(data: TensorVar, weight: TensorVar, attrs: EmbeddingAttrs) -> Callable:
-    """out[..., e] = weight[data[...], e]  (weight is (input_dim, output_dim))."""
-    return lambda *o: weight[data[o[:-1]], o[-1]]
+    """out[..., e] = Sum_v [v = r] weight[v, e],  r = clip(trunc(data[...]), 0, V - 1)  (weight is (V, output_dim)).
+
+    The lookup weight[r, e] written as a one-hot contraction over the table's rows, so that a split of v is a
+    partition-n-reduce: each worker looks up the rows it holds and gives zeros for the others (Megatron-LM's
+    vocabulary-parallel embedding), run by :func:`embedding_rows` since MXNet's kernel clips instead. V is the
+    table's own extent (a worker's piece of it after such a split). The cost model counts the one selected term
+    (a lookup, :func:`tofu.sim.flops._lookup`), not V of them."""
+    last = float(weight.shape[0] - 1)
+
+    def out(*o: Var) -> ValueExpr:
+        row = minimum(maximum(trunc(data.at(o[:-1], valid=(0, weight.shape[0] - 1))), 0.0), last)
+        return Sum(lambda v: where(eq(row, IndexValue(v)), weight[v, o[-1]], 0.0))
+    return out
+
+
+@tdl_expansion("Embedding", partials=True)
+def embedding_rows(pieces, shapes, attrs: EmbeddingAttrs, allreduce, origins):
+    """Embedding on a piece of its table's rows (the vocabulary-parallel split of its contraction over v):
+    worker w holds rows o_w .. o_w + c_w - 1 and computes its partial of the sum over v,
+
+        out_w[..., e] = weight_w[r - o_w, e]  if o_w <= r < o_w + c_w,  else 0,   r = clip(trunc(data), 0, V - 1)
+
+    with MXNet's Embedding on the shifted indices (it clips them to the piece; the rows it clipped are then
+    multiplied by zero). V is ``attrs.input_dim`` (the whole table; a kernel step never rewrites it). The data
+    carries no gradient (as MXNet's Embedding gives it none); the table's piece gets the rows it looked up.
+    Nothing is exchanged: the partial outputs are summed as any partition-n-reduce's."""
+    import mxnet as mx
+
+    outs = []
+    for (data, weight), (_, (rows, width)), (_, (first, _)) in zip(pieces, shapes, origins):
+        r = mx.sym.floor(mx.sym.clip(mx.sym.BlockGrad(data), 0.0, float(attrs.input_dim - 1)))
+        shifted = r - float(first) if first else r
+        inside = (shifted >= 0.0) * (shifted < float(rows))
+        looked = mx.sym.Embedding(shifted, weight, input_dim=rows, output_dim=width)
+        outs.append([mx.sym.broadcast_mul(looked, mx.sym.expand_dims(inside, axis=-1))])
+    return outs
 
 
 @dataclass(frozen=True)

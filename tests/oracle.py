@@ -280,7 +280,7 @@ def count(graph: Graph, plan) -> Count:
                 gives = _gives(node.op, call, q, arrives) or _assembled(piece.data, piece.box, held[t], w)
                 charge(t, _size(piece.data) - local, (t, w, piece.data), group=tied[node.id], node=node.name,
                        keeps=rule_for(node).keeps_inputs, cells=cells, back=gives, runs=runs_here)
-        if calls[0].expansion:
+        if calls[0].exchange_steps:      # statistics exchanged (a reduction split the expansion runs: none)
             _exchange(node, view, calls, factors, choices[node.id], charge,
                       [c for c in calls if c.worker in live[node.id]], carries)
         for o, t in enumerate(node.outputs):        # worker 0's largest partial or unconverted output piece

@@ -27,11 +27,14 @@ class Expansion:
     input pieces start in the whole inputs) for an expansion that declares that parameter.
     ``statistics_gradient``: whether the statistics carry a gradient, all-reduced in the backward pass as the
     statistics were forward (BatchNorm's mean and variance); False when the expansion stops it (a loss whose
-    backward is local). ``refuses``: ``(attrs, input_shapes) -> reason or None``, the cases it cannot run."""
+    backward is local). ``refuses``: ``(attrs, input_shapes) -> reason or None``, the cases it cannot run.
+    ``partials``: it also runs a partition-n-reduce whose shards MXNet's kernel cannot (Embedding split along its
+    table's rows), each worker's partial output from its pieces and their origins, nothing exchanged."""
 
     run: Callable
     statistics_gradient: bool = True
     refuses: Callable | None = None
+    partials: bool = False
 
     @property
     def reads_origins(self) -> bool:

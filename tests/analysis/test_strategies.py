@@ -20,7 +20,7 @@ from tofu import registry
 from tofu.analysis.shard import combine, run_shard, shard_call
 from tofu.analysis.strategies import (PartialSum, Replicate, computed_tensors, reduction_root, strategies,
                                       worker_ranges)
-from tofu.analysis.views import runnable
+from tofu.analysis.views import expands_partials, runnable
 from tofu.errors import AnalysisError
 from tofu.graph.attrs import Attrs
 from tofu.graph.single_op import infer_op_shapes, run_op
@@ -113,6 +113,10 @@ def check_kernel_shards(op, case, k):
 def _check_kernel_shards(op, case, attrs, desc, s, inputs):
     """The kernel's pieces reassemble its unpartitioned output; a strategy it cannot run is kept out of plans."""
     calls = _kernel_calls(op, attrs, s, desc)
+    if calls is None and expands_partials(op, desc) and s.kind == "reduce":
+        assert runnable(op, attrs, desc, s), f"{s}: the op's expansion runs it, yet plans may not use it"
+        _check_expanded_shards(op, case, attrs, desc, s, inputs)
+        return
     if calls is None:
         assert not runnable(op, attrs, desc, s), f"{s}: MXNet's kernel cannot run it, yet plans may use it"
         return
@@ -125,6 +129,34 @@ def _check_kernel_shards(op, case, attrs, desc, s, inputs):
                 _close(p[o], e, str(s))
         else:
             _close(combine(s, o, [p[o] for p in pieces]), e, str(s))
+
+
+def _check_expanded_shards(op, case, attrs, desc, s, inputs):
+    """A reduction split the kernel cannot run, run by the op's expansion (``partials``) on every worker's
+    regions from their origins: the partial outputs reduce to MXNet's unpartitioned output."""
+    import mxnet as mx
+
+    expected = run_op(op, attrs, inputs, train=case.train)
+    regions = s.input_regions
+    pieces = [[mx.sym.var(f"w{w}_{i}") for i in range(len(inputs))] for w in range(s.k)]
+    shapes = [[r.shape if r is not None else x.shape for r, x in zip(regions[w], inputs)] for w in range(s.k)]
+    origins = [[tuple(lo for lo, _ in r.bounds) if r is not None else (0,) * x.ndim
+                for r, x in zip(regions[w], inputs)] for w in range(s.k)]
+    assert not any(any(map(any, r.pad)) for w in range(s.k) for r in regions[w] if r is not None), s
+
+    def no_exchange(parts, reducer="sum"):
+        raise AssertionError(f"{s}: a reduction split run by the expansion exchanged a statistic")
+
+    outs = registry.expansion(op)(pieces, shapes, desc.attrs, no_exchange, origins)
+    feed = {f"w{w}_{i}": mx.nd.array(x[r.slices()] if r is not None else x)
+            for w in range(s.k) for i, (r, x) in enumerate(zip(regions[w], inputs))}
+    got = []
+    for w in range(s.k):
+        group = mx.sym.Group(outs[w])
+        exe = group.bind(mx.cpu(), {n: feed[n] for n in group.list_arguments()})
+        got.append([o.asnumpy() for o in exe.forward()])
+    for o, e in enumerate(expected):
+        _close(combine(s, o, [g[o] for g in got]), e, str(s))
 
 
 def _exchanged(desc, s):

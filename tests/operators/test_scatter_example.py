@@ -57,4 +57,5 @@ def test_declared_and_derived_index_ranges():
     assert {i: (r.low, r.high) for i, r in index_ranges(copy).items()} == {1: (0, 4)}
     embed = describe("Embedding", Attrs.of(input_dim=7, output_dim=4), [(5,), (7, 4)], [(5, 4)])
     (r,) = index_ranges(embed).values()
-    assert (r.low, r.high, r.reason) == (0, 6, "an index into dimension 0 of 'weight' (extent 7)")
+    # a one-hot contraction over the table's rows (issue 22): the rows it may select, declared
+    assert (r.low, r.high, r.reason) == (0, 6, "an index or a length (its description's valid=)")

@@ -58,7 +58,7 @@ def _assert_equal_to_one_device(report):
 FAST = [("mlp", k, a) for k in (2, 3, 4, 8) for a in ("tofu", "data-parallel", "spartan")] + \
        [("wresnet-tiny", 2, "tofu"), ("wresnet-tiny", 4, "tofu"), ("rnn-tiny", 2, "tofu"), ("rnn-tiny", 4, "tofu"),
         ("rnn-tiny", 8, "tofu"), ("wresnet-tiny", 4, "icml18")] + \
-       [("gpt-tiny", k, a) for k in (2, 4) for a in ("tofu", "megatron")]
+       [("gpt-tiny", k, a) for k in (2, 4) for a in ("tofu", "megatron", "megatron-vp")]
 
 
 def _assert_bytes(graph, plan, report):

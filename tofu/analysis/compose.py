@@ -15,7 +15,9 @@ after steps 1..j-1 (its own view: border workers of a halo split differ from the
 
 A step whose strategy exchanges statistics (BatchNorm on a batch split) is run by the op's expansion: the
 worker then runs the expansion on its final pieces, the statistics combined over the workers that differ
-from it only at such steps. An op computed whole at step j (the fallback ``var*``, or a kernel that crops)
+from it only at such steps. So is a split of a reduction whose shards MXNet's kernel cannot run but the op's
+expansion can (``partials``: Embedding split along its table's rows): its output is partial as any
+partition-n-reduce's, nothing is exchanged. An op computed whole at step j (the fallback ``var*``, or a kernel that crops)
 stops there: every worker of the group computes the view's whole output, later steps do not narrow it. A
 kernel that computes more than the worker's part (``ShardCall.keep``: a halo split run on the region with its
 halo, a reshape of a longer piece) stops there too, keeping its part (``WorkerCall.keep``); a kernel whose
@@ -31,7 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from tofu.analysis.strategies import PartialSum, PartitionStrategy, SplitDim, strategies
-from tofu.analysis.views import NodeView, kernel_call
+from tofu.analysis.views import NodeView, expands_partials, kernel_call
 from tofu.errors import AnalysisError
 from tofu.tdl.describe import describe
 
@@ -117,10 +119,11 @@ class WorkerCall:
     # the kernel's output); None: the kernel's output is the worker's part
     keep: tuple[Box, ...] | None = None
     scale: float = 1.0                  # the kernel's outputs times this (the partial of a mean)
+    expanded: tuple[int, ...] = ()      # reduction splits the kernel cannot run, run by the expansion
 
     @property
     def expansion(self) -> bool:
-        return bool(self.exchange_steps)
+        return bool(self.exchange_steps or self.expanded)
 
 
 def coordinates(worker: int, factors: Sequence[int]) -> tuple[int, ...]:
@@ -169,6 +172,7 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
     partial: list[list[int]] = [[] for _ in range(n_out)]
     reducer: list[str | None] = [None] * n_out
     exchanges: list[int] = []
+    expanded: list[int] = []
     fills: dict[int, float] = {}
     keep: tuple[Box, ...] | None = None
     scale = 1.0
@@ -184,20 +188,24 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
         for p, fill in zip((q[0] for q in ins), s.fills):
             if fill is not None:
                 fills[p] = fill
-        if s.exchanges:
-            if any(isinstance(o, PartialSum) for o in s.outputs):
+        call = None if s.exchanges else kernel_call(view.op, view.attrs, view.describe(), s, c)
+        expand = call is None and not s.exchanges and s.kind == "reduce" and expands_partials(view.op,
+                                                                                               view.describe())
+        if s.exchanges or expand:
+            if s.exchanges and any(isinstance(o, PartialSum) for o in s.outputs):
                 raise AnalysisError(f"{view.op}: a statistics exchange with a partial output cannot be composed")
             regions = s.input_regions[c]
             shapes = []
             new_ins = []
-            for (p, origin, window, zeroed), r, shape in zip(ins, regions, view.in_shapes):
+            for i, ((p, origin, window, zeroed), r, shape) in enumerate(zip(ins, regions, view.in_shapes)):
+                zeroed = zeroed or (expand and c > 0 and i in s.once_inputs)   # a term one worker counts
                 if r is None:
                     new_ins.append((p, origin, window, zeroed))
                     shapes.append(shape)
                     unread.add(p)
                     continue
                 if any(map(any, r.pad)):
-                    raise AnalysisError(f"{view.op}: a statistics exchange reading a halo cannot be composed")
+                    raise AnalysisError(f"{view.op}: a step run by the expansion reading a halo cannot be composed")
                 new_ins.append((p, tuple(o + lo for o, (lo, _) in zip(origin, r.bounds)),
                                 _narrow(window, origin, r.bounds), zeroed))
                 shapes.append(r.shape)
@@ -206,15 +214,24 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
                           for origin, r in zip(out_origin, s.output_regions[c])]
             view = NodeView(view.op, view.attrs, tuple(shapes), tuple(r.shape for r in s.output_regions[c]),
                             view.inputs, view.outputs)
-            exchanges.append(j)
+            if expand:
+                for o, placement in enumerate(s.outputs):
+                    if isinstance(placement, PartialSum):
+                        if reducer[o] not in (None, placement.reducer):
+                            raise AnalysisError(f"{view.op}: partial outputs reduced by both {reducer[o]} and "
+                                                f"{placement.reducer}")
+                        partial[o].append(j)
+                        reducer[o] = placement.reducer
+                expanded.append(j)
+            else:
+                exchanges.append(j)
             continue
         if exchanges and (s.kind == "reduce"):
             raise AnalysisError(f"{view.op}: a reduction split after a statistics exchange cannot be composed")
-        call = kernel_call(view.op, view.attrs, view.describe(), s, c)
         if call is None:
             raise AnalysisError(f"MXNet's kernel cannot run worker {c}'s shard of {s} (worker {w} of the plan)")
-        if exchanges and len(call.inputs) != len(ins):
-            raise AnalysisError(f"{view.op}: a kernel split dropping inputs after a statistics exchange "
+        if (exchanges or expanded) and len(call.inputs) != len(ins):
+            raise AnalysisError(f"{view.op}: a kernel split dropping inputs after a step run by the expansion "
                                 f"cannot be composed")
         new_ins = []
         for i, r in zip(call.inputs, call.regions):
@@ -252,7 +269,7 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
         pieces.append(InputPiece(p, box, data, fills.get(p, 0.0), zeroed, p not in unread))
     outs = tuple(OutputPiece(_box(origin, shape), tuple(partial[o]), reducer[o])
                  for o, (origin, shape) in enumerate(zip(out_origin, view.out_shapes)))
-    return WorkerCall(w, view.attrs, tuple(pieces), outs, tuple(exchanges), keep, scale)
+    return WorkerCall(w, view.attrs, tuple(pieces), outs, tuple(exchanges), keep, scale, tuple(expanded))
 
 
 def _check_follow(view: NodeView, d: int | None, f: int, c: int) -> None:

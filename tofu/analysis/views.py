@@ -79,7 +79,17 @@ def runnable(op, attrs, desc, s: PartitionStrategy) -> bool:
     if s.exchanges:
         expansion = registry.expansion(op)
         return expansion is not None and expansion.runs(desc.attrs, tuple(t.shape for t in desc.inputs))
-    return all(kernel_call(op, attrs, desc, s, w) is not None for w in sorted({0, min(1, s.k - 1), s.k - 1}))
+    if all(kernel_call(op, attrs, desc, s, w) is not None for w in sorted({0, min(1, s.k - 1), s.k - 1})):
+        return True
+    return s.kind == "reduce" and expands_partials(op, desc)
+
+
+def expands_partials(op: str, desc) -> bool:
+    """Whether the op's expansion runs a split of its reduction that MXNet's kernel cannot (Embedding split along
+    its table's rows: ``tdl_expansion(partials=True)``) for these attributes and shapes."""
+    expansion = registry.expansion(op)
+    return expansion is not None and expansion.partials and \
+        expansion.runs(desc.attrs, tuple(t.shape for t in desc.inputs))
 
 
 def kernel_call(op, attrs, desc, s: PartitionStrategy, worker: int) -> ShardCall | None:

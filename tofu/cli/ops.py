@@ -145,19 +145,28 @@ def _placement_json(p: Placement) -> dict:
 
 
 def _strategy_json(example: _Example, s: SymbolicStrategy) -> dict:
-    from tofu import registry
-
     reason = example.kernel_reason(s)
     names = [t.name for t in example.desc.inputs]
     entry = {"var": s.var, "kind": s.kind, "outputs": [_placement_json(p) for p in s.outputs],
              "regions": [None if box is None else [str(iv) for iv in box] for box in s.regions],
              "once_inputs": [names[i] for i in s.once_inputs],
              "exchanges": [{"tensor": x.tensor, "reducer": x.reducer, "var": x.var} for x in s.exchanges],
-             "expansion": bool(s.exchanges) and registry.expansion(example.op) is not None,
+             "expansion": _expands(example.op, s, reason is None),
              "kernel_executable": reason is None}
     if reason is not None:
         entry["kernel_reason"] = reason
     return entry
+
+
+def _expands(op: str, s: SymbolicStrategy, kernel_runs: bool) -> bool:
+    """Whether the op's expansion runs ``s``: a split that exchanges statistics, or a reduction split the kernel
+    cannot run and the expansion declares it does (``partials``)."""
+    from tofu import registry
+
+    expansion = registry.expansion(op)
+    if expansion is None:
+        return False
+    return bool(s.exchanges) or (s.kind == "reduce" and not kernel_runs and expansion.partials)
 
 
 def _op_text(name: str, spec: OpSpec, case: int = 0, workers: int = _KERNEL_K) -> str:
@@ -209,6 +218,9 @@ def _op_text(name: str, spec: OpSpec, case: int = 0, workers: int = _KERNEL_K) -
         lines.append(f"      MXNet kernel, {workers} workers: {'yes' if reason is None else 'no: ' + reason}")
         if s.exchanges and registry.expansion(name) is not None:
             lines.append(f"      runs by {name}'s expansion into MXNet operators, the statistics all-reduced")
+        elif _expands(name, s, reason is None):
+            lines.append(f"      runs by {name}'s expansion into MXNet operators, each worker's partial output "
+                         f"from its pieces")
     unsplittable = example.analysis.unsplittable
     lines.append("unsplittable: " + ("; ".join(f"{u.var}: {u.reason}" for u in unsplittable) or "none"))
     return "\n".join(lines)

@@ -139,7 +139,11 @@ VOCAB_PARALLEL_DIMS: dict[str, int] = {
     # cross-entropy split along the vocabulary, which exchanges each row's max and sum of exponentials
     # (vocab_parallel_cross_entropy)
     "head_ln": 1, "head_proj_weight": 0, "head_proj": 1, "softmax": 1,
+    # the token embedding's table split by its rows (VocabParallelEmbedding): each device looks up the tokens
+    # of its rows, zeros for the others, a partial sum (its reduction over the vocabulary, VOCAB_PARALLEL_ROWS)
+    "embed_token_weight": 0,
 }
+VOCAB_PARALLEL_ROWS = ("embed_token",)
 
 ROW_PARALLEL = ("proj", "fc2")
 HEAD_SPLIT = frozenset({"q_heads", "k_heads", "v_heads", "q_front", "k_front", "v_front", "q_stack", "k_stack",
@@ -218,7 +222,7 @@ def megatron(p: CutProblem, vocab_parallel: bool = False) -> CutSolution:
     for g in p.ops:
         role = _block_role(g.name)
         every = range(len(g.strategies))
-        if role in ROW_PARALLEL:
+        if role in ROW_PARALLEL or (vocab_parallel and role in VOCAB_PARALLEL_ROWS):
             kept = [s for s in every if g.kinds[s] == "reduce"]
         elif role in split:
             kept = [s for s in every if g.produces[s] and g.produces[s][0][1] == split[role]
@@ -235,10 +239,11 @@ def megatron(p: CutProblem, vocab_parallel: bool = False) -> CutSolution:
 
 
 def _block_role(name: str) -> str | None:
-    """``block3_q_heads_output`` -> ``q_heads``, ``head_proj_output`` -> ``head_proj``, ``softmax_output`` ->
-    ``softmax``; None for a name outside the blocks and the head."""
-    match = re.fullmatch(r"block[0-9]+_(.+?)(_output)?", name) or re.fullmatch(r"(head_.+?|softmax)(_output)?",
-                                                                               name)
+    """``block3_q_heads_output`` -> ``q_heads``, ``head_proj_output`` -> ``head_proj``, ``embed_token_weight`` ->
+    ``embed_token_weight``, ``softmax_output`` -> ``softmax``; None for a name outside the blocks, the
+    embeddings and the head."""
+    match = re.fullmatch(r"block[0-9]+_(.+?)(_output)?", name) or \
+        re.fullmatch(r"(head_.+?|embed_.+?|softmax)(_output)?", name)
     return match[1] if match else None
 
 

@@ -159,7 +159,7 @@ class _Replay:
                         first += got
                 syms.append(self.symbol(reads, gives=gives))
                 needs.append(any(self.needs[g] for g in first))
-            if calls[0].expansion:
+            if calls[0].exchange_steps:
                 exchanges += self.exchange(node, calls, syms, needs)
             for o, t in enumerate(node.outputs):
                 if t not in consumed:

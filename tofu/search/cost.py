@@ -40,7 +40,7 @@ begin state; tofu.search.constants) is computed by every device that reads it, t
 or converting one costs 0 bytes, whatever the split.
 
 Strategies that cannot be run (by MXNet's kernel on the shards, or by the op's declared expansion when the
-strategy exchanges statistics) are excluded: the search finds them by checking what it chooses
+strategy exchanges statistics or is a reduction split it declares it runs, ``partials``) are excluded: the search finds them by checking what it chooses
 (``recursive._solve_runnable``) and passes them as ``excluded``; when every strategy of an op is excluded,
 each output split is computed whole on every worker (and stays whole at later cuts).
 """

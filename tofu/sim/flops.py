@@ -91,6 +91,9 @@ def _ops(e: ValueExpr) -> float:
     if isinstance(e, (Unary, Binary, Compare, Select)):
         return 1.0 + sum(_ops(c) for c in children(e))
     if isinstance(e, Reduce):
+        term = _lookup(e)
+        if term is not None:
+            return _ops(term)
         return math.prod(e.extents) * (_ops(e.body) + 1.0)
     if isinstance(e, Uses):
         return _ops(e.value)                  # the declared reads are not computed on
@@ -105,12 +108,37 @@ def _identity(e: Binary) -> bool:
     return unit is not None and isinstance(e.rhs, Const) and e.rhs.value == unit
 
 
+def _lookup(r: Reduce) -> ValueExpr | None:
+    """The term t of a lookup ``Sum_v where(eq(x, v), t, 0)`` (v the reduction's one variable, x free of it:
+    Embedding as a one-hot contraction), which selects one term: the data-dependent access t[v := x]. It is
+    counted as that access (the selection and x's truncation and clipping are an index's, not arithmetic);
+    None for any other reduction."""
+    if r.kind != "sum" or len(r.vars) != 1 or not isinstance(r.body, Select):
+        return None
+    cond, other = r.body.cond, r.body.other
+    if not (isinstance(other, Const) and other.value == 0.0 and isinstance(cond, Compare) and cond.fn == "eq"):
+        return None
+    v = r.vars[0]
+    for x, i in ((cond.lhs, cond.rhs), (cond.rhs, cond.lhs)):
+        if isinstance(i, IndexValue) and i.index == v and not _reads_var(x, v):
+            return r.body.then
+    return None
+
+
+def _reads_var(e: ValueExpr, v) -> bool:
+    return any(isinstance(x, IndexValue) and v in index_vars(x.index)
+               or isinstance(x, Access) and any(isinstance(i, IndexExpr) and v in index_vars(i) for i in x.index)
+               for x in _nodes(e))
+
+
 def _nodes(e: ValueExpr):
+    """``e`` and its sub-expressions; of a lookup (:func:`_lookup`), its selected term alone."""
     stack = [e]
     while stack:
         x = stack.pop()
         yield x
-        stack.extend(children(x))
+        term = _lookup(x) if isinstance(x, Reduce) else None
+        stack.extend((term,) if term is not None else children(x))
 
 
 def _computed(bodies) -> list[Computed]:
@@ -167,7 +195,7 @@ def op_work(desc: OpDescription, itemsize: int = 4) -> OpWork:
     reductions, window = 0, False
     for body in bodies + [c.body for c in computed]:
         for x in _nodes(body):
-            if isinstance(x, Reduce):
+            if isinstance(x, Reduce) and _lookup(x) is None:
                 reductions += 1
                 read = _inputs_read(x.body)
                 if len(read) >= 2:

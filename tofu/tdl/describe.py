@@ -364,7 +364,8 @@ def _describe(op: str, attrs: Attrs, input_shapes: tuple, output_shapes: tuple, 
     return OpDescription(op, typed, tensors, tuple(outputs), spec.source)
 
 
-def tdl_expansion(op: str, statistics_gradient: bool = True, refuses: Callable | None = None) -> Callable:
+def tdl_expansion(op: str, statistics_gradient: bool = True, refuses: Callable | None = None,
+                  partials: bool = False) -> Callable:
     """Declares how to run ``op`` with MXNet's simpler operators when a strategy exchanges partial statistics
     (nested reductions, e.g. BatchNorm split on the batch), which MXNet's fused kernel cannot do on a shard.
 
@@ -381,8 +382,11 @@ def tdl_expansion(op: str, statistics_gradient: bool = True, refuses: Callable |
             local), so that the cost model charges the exchange once.
         refuses: ``(attrs, input_shapes) -> reason or None``: the attributes and shapes the expansion cannot
             run (their strategies that exchange statistics stay unrunnable).
+        partials: it also runs a split of a reduction whose shards MXNet's kernel cannot run (Embedding split
+            along its table's rows: the kernel clips an index its piece lacks, where the partial needs a zero
+            row): each worker's partial output from its pieces and ``origins`` (which it must then declare).
     """
     def decorate(fn: Callable) -> Callable:
-        registry.register_expansion(op, registry.Expansion(fn, statistics_gradient, refuses))
+        registry.register_expansion(op, registry.Expansion(fn, statistics_gradient, refuses, partials))
         return fn
     return decorate
