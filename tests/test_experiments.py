@@ -91,3 +91,22 @@ def test_plot_plan_draws_two_plans_and_refuses_bad_input(tmp_path, capsys):
     assert plot_plan.main([str(tmp_path / "bad.json"), "--out", str(out)]) == 2
     assert plot_plan.main([*paths, "--tensors", "^nothing", "--out", str(out)]) == 2
     assert "no tensor" in capsys.readouterr().err
+
+
+def test_run_bulking_binds_each_setting_and_refuses_a_bad_case(tmp_path, capsys):
+    """One row per bulking setting, each a median of the same graph's steps, the first the reference; a case
+    that is not model:workers:plan:batch is a usage error (exit 2)."""
+    from experiments import run_bulking, table_bulking
+
+    assert run_bulking.main(["--cases", "mlp:2:data-parallel:16", "--seconds", "0.1", "--tag", "b",
+                             "--out-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "b.csv").open()))
+    assert [r["bulking"] for r in rows] == ["off", "15", "60"]
+    assert float(rows[0]["over_off"]) == 1.0 and all(float(r["seconds"]) > 0 and int(r["steps"]) >= 15 for r in rows)
+    for r in rows[1:]:
+        assert float(r["over_off"]) == pytest.approx(float(r["seconds"]) / float(rows[0]["seconds"]))
+    assert "| mlp | 16 | 2 | data-parallel |" in table_bulking.render([rows])
+    assert json.loads((tmp_path / "b.json").read_text())["source"].startswith("re-run: ")
+    with pytest.raises(SystemExit) as e:
+        run_bulking.main(["--cases", "mlp:two:tofu:16", "--out-dir", str(tmp_path)])
+    assert e.value.code == 2 and "expected model:workers:plan:batch" in capsys.readouterr().err
