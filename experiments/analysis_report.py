@@ -28,6 +28,7 @@ import numpy as np
 
 from tofu import registry
 from tofu.analysis.shard import shard_call
+from tofu.analysis.views import expands_partials
 from tofu.analysis.strategies import (PartialSum, PartitionStrategy, Region, Replicate, SplitDim, SymbolicStrategy,
                                       analyse, instantiate, reduction_root, worker_ranges)
 from tofu.errors import TofuError, UnsupportedOperatorError
@@ -350,9 +351,8 @@ def report_case(op: str, index: int, case, k: int) -> CaseReport:
             rows.append(StrategyRow(op, index, str(case), sym, None, None, ()))
             continue
         reason = kernel_reason(op, attrs, inst, desc)
-        expands = expansion is not None and (bool(sym.exchanges) or (
-            sym.kind == "reduce" and reason is not None and expansion.partials
-            and expansion.runs(desc.attrs, case.shapes)))
+        expands = expansion is not None and bool(sym.exchanges) or (
+            sym.kind == "reduce" and reason is not None and expands_partials(op, desc))
         rows.append(StrategyRow(op, index, str(case), sym, inst, reason, compare_regions(desc, inst), expands))
     return CaseReport(op, index, str(case), tuple(rows), tuple(f"{u.var}: {u.reason}" for u in analysis.unsplittable),
                       nested_reductions(desc, analysis.strategies))

@@ -102,3 +102,16 @@ def test_the_lookup_costs_one_term_not_the_vocabulary():
     work = op_work(desc)
     assert work.flops == 0.0 and work.op_class is OpClass.DATA_MOVEMENT
     assert work.bytes == 4 * (8 * 1024 + 50304 * 768 + 8 * 1024 * 768)
+
+
+def test_an_expansion_of_partials_must_read_the_origins():
+    """A worker's partial depends on where its pieces lie (Embedding shifts the indices by its rows' start): an
+    expansion declared with partials=True but no ``origins`` parameter is refused at registration."""
+    from tofu.errors import TDLError
+    from tofu.tdl.describe import tdl_expansion
+
+    with pytest.raises(TDLError, match="partials=True needs the origins"):
+        @tdl_expansion("_tofu_test_no_origins", partials=True)
+        def blind(pieces, shapes, attrs, allreduce):
+            return pieces
+    assert registry.expansion("_tofu_test_no_origins") is None

@@ -17,8 +17,8 @@ A step whose strategy exchanges statistics (BatchNorm on a batch split) is run b
 worker then runs the expansion on its final pieces, the statistics combined over the workers that differ
 from it only at such steps. So is a split of a reduction whose shards MXNet's kernel cannot run but the op's
 expansion can (``partials``: Embedding split along its table's rows): its output is partial as any
-partition-n-reduce's, nothing is exchanged. An op computed whole at step j (the fallback ``var*``, or a kernel that crops)
-stops there: every worker of the group computes the view's whole output, later steps do not narrow it. A
+partition-n-reduce's, nothing is exchanged. An op computed whole at step j (the fallback ``var*``, or a kernel
+that crops) stops there: every worker of the group computes the view's whole output, later steps do not narrow it. A
 kernel that computes more than the worker's part (``ShardCall.keep``: a halo split run on the region with its
 halo, a reshape of a longer piece) stops there too, keeping its part (``WorkerCall.keep``); a kernel whose
 output is the partial of a mean times a factor (``ShardCall.scale``) multiplies the worker's ``scale``.
@@ -188,9 +188,9 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
         for p, fill in zip((q[0] for q in ins), s.fills):
             if fill is not None:
                 fills[p] = fill
-        call = None if s.exchanges else kernel_call(view.op, view.attrs, view.describe(), s, c)
-        expand = call is None and not s.exchanges and s.kind == "reduce" and expands_partials(view.op,
-                                                                                               view.describe())
+        desc = view.describe()
+        call = None if s.exchanges else kernel_call(view.op, view.attrs, desc, s, c)
+        expand = call is None and not s.exchanges and s.kind == "reduce" and expands_partials(view.op, desc)
         if s.exchanges or expand:
             if s.exchanges and any(isinstance(o, PartialSum) for o in s.outputs):
                 raise AnalysisError(f"{view.op}: a statistics exchange with a partial output cannot be composed")
@@ -217,11 +217,7 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
             if expand:
                 for o, placement in enumerate(s.outputs):
                     if isinstance(placement, PartialSum):
-                        if reducer[o] not in (None, placement.reducer):
-                            raise AnalysisError(f"{view.op}: partial outputs reduced by both {reducer[o]} and "
-                                                f"{placement.reducer}")
-                        partial[o].append(j)
-                        reducer[o] = placement.reducer
+                        _partial(view.op, o, placement, j, partial, reducer)
                 expanded.append(j)
             else:
                 exchanges.append(j)
@@ -253,11 +249,7 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
                 lo = s.output_regions[c][o].bounds[placement.dim][0]
                 out_origin[o] = tuple(x + (lo if d == placement.dim else 0) for d, x in enumerate(out_origin[o]))
             elif isinstance(placement, PartialSum):
-                if reducer[o] not in (None, placement.reducer):
-                    raise AnalysisError(f"{view.op}: partial outputs reduced by both {reducer[o]} and "
-                                        f"{placement.reducer}")
-                partial[o].append(j)
-                reducer[o] = placement.reducer
+                _partial(view.op, o, placement, j, partial, reducer)
         view = NodeView(view.op, call.attrs, call.input_shapes(), tuple(r.shape for r in s.output_regions[c]),
                         tuple(view.inputs[i] for i in call.inputs), view.outputs)
         if keep is not None:
@@ -270,6 +262,19 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
     outs = tuple(OutputPiece(_box(origin, shape), tuple(partial[o]), reducer[o])
                  for o, (origin, shape) in enumerate(zip(out_origin, view.out_shapes)))
     return WorkerCall(w, view.attrs, tuple(pieces), outs, tuple(exchanges), keep, scale, tuple(expanded))
+
+
+def _partial(op: str, o: int, placement: PartialSum, j: int, partial: list[list[int]],
+             reducer: list[str | None]) -> None:
+    """Records that step j leaves output o partial, reduced by ``placement.reducer``.
+
+    Raises:
+        AnalysisError: an earlier step left it partial under another reducer.
+    """
+    if reducer[o] not in (None, placement.reducer):
+        raise AnalysisError(f"{op}: partial outputs reduced by both {reducer[o]} and {placement.reducer}")
+    partial[o].append(j)
+    reducer[o] = placement.reducer
 
 
 def _check_follow(view: NodeView, d: int | None, f: int, c: int) -> None:

@@ -151,28 +151,27 @@ def _strategy_json(example: _Example, s: SymbolicStrategy) -> dict:
              "regions": [None if box is None else [str(iv) for iv in box] for box in s.regions],
              "once_inputs": [names[i] for i in s.once_inputs],
              "exchanges": [{"tensor": x.tensor, "reducer": x.reducer, "var": x.var} for x in s.exchanges],
-             "expansion": _expands(example.op, s, reason is None),
+             "expansion": _expands(example, s, reason is None),
              "kernel_executable": reason is None}
     if reason is not None:
         entry["kernel_reason"] = reason
     return entry
 
 
-def _expands(op: str, s: SymbolicStrategy, kernel_runs: bool) -> bool:
+def _expands(example: _Example, s: SymbolicStrategy, kernel_runs: bool) -> bool:
     """Whether the op's expansion runs ``s``: a split that exchanges statistics, or a reduction split the kernel
     cannot run and the expansion declares it does (``partials``)."""
     from tofu import registry
+    from tofu.analysis.views import expands_partials
 
-    expansion = registry.expansion(op)
-    if expansion is None:
-        return False
-    return bool(s.exchanges) or (s.kind == "reduce" and not kernel_runs and expansion.partials)
+    if s.exchanges:
+        return registry.expansion(example.op) is not None
+    return s.kind == "reduce" and not kernel_runs and expands_partials(example.op, example.desc)
 
 
 def _op_text(name: str, spec: OpSpec, case: int = 0, workers: int = _KERNEL_K) -> str:
     """``tofu ops --op NAME``: the description and its strategies with their symbolic regions, on Case number
     ``case``, each instantiated and kernel-checked for ``workers`` workers."""
-    from tofu import registry
     from tofu.analysis.strategies import PartialSum, SplitDim, instantiate
 
     lines = [f"{name}   ({spec.source})"]
@@ -216,11 +215,10 @@ def _op_text(name: str, spec: OpSpec, case: int = 0, workers: int = _KERNEL_K) -
                 lines.append(f"      worker {w} of {workers}: {', '.join(parts) or 'whole inputs'}")
         reason = example.kernel_reason(s)
         lines.append(f"      MXNet kernel, {workers} workers: {'yes' if reason is None else 'no: ' + reason}")
-        if s.exchanges and registry.expansion(name) is not None:
-            lines.append(f"      runs by {name}'s expansion into MXNet operators, the statistics all-reduced")
-        elif _expands(name, s, reason is None):
-            lines.append(f"      runs by {name}'s expansion into MXNet operators, each worker's partial output "
-                         f"from its pieces")
+        if _expands(example, s, reason is None):
+            lines.append(f"      runs by {name}'s expansion into MXNet operators, " +
+                         ("the statistics all-reduced" if s.exchanges else "each worker's partial output from its "
+                                                                          "pieces"))
     unsplittable = example.analysis.unsplittable
     lines.append("unsplittable: " + ("; ".join(f"{u.var}: {u.reason}" for u in unsplittable) or "none"))
     return "\n".join(lines)

@@ -387,6 +387,10 @@ def tdl_expansion(op: str, statistics_gradient: bool = True, refuses: Callable |
             row): each worker's partial output from its pieces and ``origins`` (which it must then declare).
     """
     def decorate(fn: Callable) -> Callable:
-        registry.register_expansion(op, registry.Expansion(fn, statistics_gradient, refuses, partials))
+        expansion = registry.Expansion(fn, statistics_gradient, refuses, partials)
+        if partials and not expansion.reads_origins:
+            raise TDLError(f"{op}: an expansion with partials=True needs the origins of the pieces (declare a "
+                           f"keyword parameter 'origins')")
+        registry.register_expansion(op, expansion)
         return fn
     return decorate
