@@ -80,7 +80,8 @@ class _Replay:
     piece that crosses devices, the bytes of its copy; what the graph outputs need is summed."""
 
     def __init__(self, graph: Graph, factors: tuple[int, ...], dims, choices):
-        self.graph, self.factors, self.dims, self.choices = graph, factors, dims, choices
+        self.graph, self.factors, self.choices = graph, factors, choices
+        self.dims = [tuple(d) for d in dims]
         self.k = math.prod(factors)
         self.coords = [coordinates(w, factors) for w in range(self.k)]
         self.inputs: list[tuple[int, ...]] = []    # per symbol: the symbols it reads
@@ -94,6 +95,10 @@ class _Replay:
         self.received: dict[int, tuple[int, float]] = {}   # per copied symbol: (destination, forward bytes)
         self.kept: set[int] = set()                         # copied symbols an op keeps for the backward pass
         self.live_symbols: set[int] = set()
+        self.layouts: dict[int, tuple[list, int]] = {}       # id of a pieces list -> (the list, its layout)
+        self.layout_ids: dict[tuple, int] = {}
+        self.cells: dict[tuple, tuple] = {}                   # (layout, data, destination) -> its cells
+        self.boxes: dict[tuple, Box] = {}
 
     def symbol(self, inputs=(), nbytes: float = 0.0, needs: bool = False, gives: Sequence[Gives] | None = None,
                back: float = 0.0) -> int:
@@ -109,7 +114,12 @@ class _Replay:
         return len(self.nbytes) - 1
 
     def box(self, t: int, w: int) -> Box:
-        return held_box(self.graph.tensors[t].shape, self.dims[t], self.factors, w)
+        shape = self.graph.tensors[t].shape
+        key = (shape, self.dims[t], w)
+        box = self.boxes.get(key)
+        if box is None:
+            box = self.boxes[key] = held_box(shape, self.dims[t], self.factors, w)
+        return box
 
     def distance(self, u: int, w: int) -> int:
         if u == w:
@@ -189,7 +199,10 @@ class _Replay:
         return total + sum(nbytes for group, nbytes in exchanges if any(s in live for s in group))
 
     def held_piece(self, cells: list[int]) -> int:
-        """A holder's piece of an op's output, from the cells of its pieces (several: assembled)."""
+        """A holder's piece of an op's output, from the cells of its pieces (several: assembled; one made on the
+        holder's device is that piece itself: what a piece received is, the memory count tells apart)."""
+        if len(cells) == 1 and cells[0] not in self.received:
+            return cells[0]
         return self.symbol(cells, gives=(RUNS if len(cells) > 1 else PASSES,) * len(cells))
 
     def reached(self, roots: list[int], live: set[int]) -> list[bool]:
@@ -228,31 +241,20 @@ class _Replay:
         """The symbols that assemble ``data`` (default: ``box``) of tensor t on ``dst`` from the pieces: the
         cells the pieces' edges cut it into, each from the nearest piece of every partial-sum class."""
         data = box if data is None else data
-        if not all(hi > lo for lo, hi in data):
-            return []
-        for h in pieces:        # held on dst whole (the usual case): nothing else is read
-            if h[0] == dst and not h[2] and all(a <= c and d <= b for (a, b), (c, d) in zip(h[1], data)):
-                if all(not g[2] for g in pieces):
-                    return [self.piece(t, h, data, dst)]
-                break
-        parts = [h for h in pieces if _meets(h[1], data)]
-        cuts = []
-        for d, (lo, hi) in enumerate(data):
-            edges = {lo, hi}
-            for h in parts:
-                edges.update(e for e in h[1][d] if lo < e < hi)
-            edges = sorted(edges)
-            cuts.append(list(zip(edges, edges[1:])))
-        out = []
-        for cell in itertools.product(*cuts):
-            nearest: dict[tuple, tuple] = {}
-            for h in parts:
-                if all(a <= c and d <= b for (a, b), (c, d) in zip(h[1], cell)):
-                    best = nearest.get(h[2])
-                    if best is None or (self.distance(h[0], dst), h[0]) < (self.distance(best[0], dst), best[0]):
-                        nearest[h[2]] = h
-            out += [self.piece(t, h, cell, dst) for h in nearest.values()]
-        return out
+        key = (self.layout(pieces), data, dst)
+        cells = self.cells.get(key)
+        if cells is None:
+            cells = self.cells[key] = _cells(pieces, data, dst, self.distance)
+        return [self.piece(t, pieces[i], cell, dst) for i, cell in cells]
+
+    def layout(self, pieces) -> int:
+        """A number for the (device, box, partial key) of every piece of ``pieces``: lists alike in them (the
+        timesteps of an RNN layer, the blocks of a network) are cut into the same cells."""
+        seen = self.layouts.get(id(pieces))
+        if seen is None or seen[0] is not pieces:       # the list is kept in the entry: its id stays its own
+            shape = tuple(h[:3] for h in pieces)
+            seen = self.layouts[id(pieces)] = (pieces, self.layout_ids.setdefault(shape, len(self.layout_ids)))
+        return seen[1]
 
     def piece(self, t: int, src, box: Box, dst: int) -> int:
         """``box`` of a held piece, readable on ``dst``: cut on the holder's device and sent once per destination."""
@@ -322,6 +324,37 @@ def _calls(op, attrs, ins, outs, choices, factors):
     n = len(ins)
     return compose(NodeView(op, attrs, ins, outs, tuple(range(n)), tuple(range(n, n + len(outs)))), choices,
                    factors)
+
+
+def _cells(pieces, data: Box, dst: int, distance) -> tuple[tuple[int, Box], ...]:
+    """Which piece each cell of ``data`` on ``dst`` is cut from, as (position in ``pieces``, cell): the pieces'
+    edges cut ``data`` into cells, each taken from the nearest piece (``distance``, then the lower device) of
+    every partial-sum class; ``data`` whole from a piece ``dst`` holds, when no piece is partial."""
+    if not all(hi > lo for lo, hi in data):
+        return ()
+    for i, h in enumerate(pieces):        # held on dst whole (the usual case): nothing else is read
+        if h[0] == dst and not h[2] and all(a <= c and d <= b for (a, b), (c, d) in zip(h[1], data)):
+            if all(not g[2] for g in pieces):
+                return ((i, data),)
+            break
+    parts = [(i, h) for i, h in enumerate(pieces) if _meets(h[1], data)]
+    cuts = []
+    for d, (lo, hi) in enumerate(data):
+        edges = {lo, hi}
+        for _, h in parts:
+            edges.update(e for e in h[1][d] if lo < e < hi)
+        edges = sorted(edges)
+        cuts.append(list(zip(edges, edges[1:])))
+    out = []
+    for cell in itertools.product(*cuts):
+        nearest: dict[tuple, tuple] = {}
+        for i, h in parts:
+            if all(a <= c and d <= b for (a, b), (c, d) in zip(h[1], cell)):
+                best = nearest.get(h[2])
+                if best is None or (distance(h[0], dst), h[0]) < (distance(best[1][0], dst), best[1][0]):
+                    nearest[h[2]] = (i, h)
+        out += [(i, cell) for i, _ in nearest.values()]
+    return tuple(out)
 
 
 def _meets(a: Box, b: Box) -> bool:
