@@ -110,3 +110,25 @@ def test_run_bulking_binds_each_setting_and_refuses_a_bad_case(tmp_path, capsys)
     with pytest.raises(SystemExit) as e:
         run_bulking.main(["--cases", "mlp:two:tofu:16", "--out-dir", str(tmp_path)])
     assert e.value.code == 2 and "expected model:workers:plan:batch" in capsys.readouterr().err
+
+
+def test_run_context_concurrency_times_each_count_of_contexts_and_refuses_an_unknown_kind(tmp_path, capsys):
+    """One row per (kind, mode, contexts), each a median of its own executor's passes; ``effective`` is
+    c x t(1) / t(c) of the same kind and mode, and 1 at one context; the table prints it; an unknown kind is a
+    usage error (exit 2)."""
+    from experiments import run_context_concurrency, table_context_concurrency
+
+    assert run_context_concurrency.main(["--kinds", "tiny-ops", "--contexts", "1,2", "--seconds", "0.1",
+                                         "--tag", "c", "--out-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "c.csv").open()))
+    assert [(r["mode"], r["contexts"]) for r in rows] == [("round-robin", "1"), ("round-robin", "2"),
+                                                          ("alone", "1"), ("alone", "2")]
+    for one, two in (rows[:2], rows[2:]):
+        assert float(one["effective"]) == 1.0 and int(one["steps"]) >= 10 and int(two["steps"]) >= 10
+        assert float(two["effective"]) == pytest.approx(2 * float(one["seconds"]) / float(two["seconds"]))
+        assert float(two["per_chain_seconds"]) == pytest.approx(float(two["seconds"]) / 2)
+    assert f"({float(rows[1]['effective']):.2f})" in table_context_concurrency.render([rows])
+    assert json.loads((tmp_path / "c.json").read_text())["source"].startswith("re-run: ")
+    with pytest.raises(SystemExit) as e:
+        run_context_concurrency.main(["--kinds", "fft", "--out-dir", str(tmp_path)])
+    assert e.value.code == 2 and "unknown kind 'fft'" in capsys.readouterr().err

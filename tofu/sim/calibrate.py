@@ -61,8 +61,9 @@ above, measured at another moment with another c, are left out); the held-out si
 :func:`~tofu.sim.kernels.curve_seconds` (the other roofline side included) plus their c, and their errors
 recorded (:class:`CurveFit`). ``python -m tofu.sim.calibrate [--recalibrate]`` prints them (about a minute).
 
-``concurrency`` is 1: the CPU contexts share the cores and each kernel already uses all of them, so the devices'
-times add up. The memory capacity is the machine's physical memory. The cache records ``VERSION``; a cache of
+``concurrency`` is 1: the CPU contexts share the cores, and measured (``experiments/run_context_concurrency.py``,
+docs/sim.md) two contexts run only 1.2-1.4 chains of MXNet's native GEMM or convolution at once and none of tiny
+ops, so the devices' times add up. The memory capacity is the machine's physical memory. The cache records ``VERSION``; a cache of
 another version, host or core count is measured again.
 """
 from __future__ import annotations

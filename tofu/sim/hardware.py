@@ -143,7 +143,7 @@ class Profile:
             ``copy_launch_seconds`` says otherwise, an update's unless ``update_launch_seconds`` does, and a kernel's
             of a class that ``classes`` lacks (a profile without ``kernels``).
         concurrency: how many devices compute at the same time (GPUs: all; CPU contexts share the cores, and
-            each kernel already uses all of them: 1).
+            two of them barely compute at once with MXNet's native kernels, measured: 1).
         source: where the numbers come from, in one line.
         step_seconds: fixed cost of one iteration beyond its kernels (the executor's forward and backward calls).
         update_launch_seconds: fixed cost of one parameter update call (None: ``launch_seconds``; the runtime
@@ -467,7 +467,8 @@ PARAMETER_SOURCES: dict[str, dict[str, str]] = {
     "cpu": {
         "devices": "CPU contexts cpu(0..63) of this machine (a plan may use any number)",
         "memory_bytes": "this machine's physical memory (os.sysconf)",
-        "concurrency": "the contexts share the cores, each kernel uses all of them: 1",
+        "concurrency": "measured here: two contexts run 1.2-1.4 chains of MXNet's native GEMM or convolution at once "
+                       "and none of tiny ops (experiments/run_context_concurrency.py, docs/sim.md): 1",
         "host_sharing": "not modelled (1)", "host_memory_bytes": "not modelled (0)",
         "copy_engines": "MXNet runs a CPU context's copies in its compute workers: 0",
         **{k: _CPU_MEASURED for k in ("peak_flops", "mem_bandwidth", "levels", "host_bandwidth", "launch_seconds",
