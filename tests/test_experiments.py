@@ -132,3 +132,28 @@ def test_run_context_concurrency_times_each_count_of_contexts_and_refuses_an_unk
     with pytest.raises(SystemExit) as e:
         run_context_concurrency.main(["--kinds", "fft", "--out-dir", str(tmp_path)])
     assert e.value.code == 2 and "unknown kind 'fft'" in capsys.readouterr().err
+
+
+def test_run_update_cost_counts_each_parameter_shards_update_and_refuses_an_unknown_model(tmp_path, capsys):
+    """One row per (model, k): one update per parameter shard (every parameter of mlp has a piece on each of the
+    k contexts under the tofu plan), the increment per update from the row's own medians; the table prints it; an
+    unknown model is a usage error (exit 2)."""
+    from experiments import run_update_cost, table_update_cost
+    from tofu.api import load_graph
+    from tofu.graph.ir import Role
+    from tofu.models import ModelOptions
+
+    assert run_update_cost.main(["--models", "mlp:8", "--workers", "1,2", "--seconds", "0.1", "--tag", "u",
+                                 "--out-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "u.csv").open()))
+    params = len(load_graph("mlp", ModelOptions(batch=8)).by_role(Role.PARAM))
+    assert [(r["workers"], int(r["updates"])) for r in rows] == [("1", params), ("2", 2 * params)]
+    for r in rows:
+        added = (float(r["step_seconds"]) - float(r["passes_seconds"])) / int(r["updates"])
+        assert float(r["increment_per_update"]) == pytest.approx(added, rel=1e-4, abs=1e-9)
+        assert int(r["steps"]) >= 10 and float(r["host_per_update"]) > 0
+    assert f"{float(rows[1]['increment_per_update']) * 1e6:.1f}" in table_update_cost.render([rows])
+    assert json.loads((tmp_path / "u.json").read_text())["source"].startswith("re-run: ")
+    with pytest.raises(SystemExit) as e:
+        run_update_cost.main(["--models", "nosuchnet:8", "--out-dir", str(tmp_path)])
+    assert e.value.code == 2 and "nosuchnet" in capsys.readouterr().err
