@@ -115,8 +115,9 @@ def batch_norm_exchange(pieces, shapes, attrs: BatchNormAttrs, allreduce):
     means = [s / total for s in allreduce(local)]
     parts = []
     for p, s, m in zip(pieces, local, means):
-        deviations = fixed(mx.sym.sum(mx.sym.square(mx.sym.broadcast_sub(p[0], as_b(fixed(m)))), axis=reduced))
-        t = mx.sym.sum(mx.sym.square(p[0]), axis=reduced) - 2 * fixed(m) * s
+        m_fixed = fixed(m)          # one node, read twice
+        deviations = fixed(mx.sym.sum(mx.sym.square(mx.sym.broadcast_sub(p[0], as_b(m_fixed))), axis=reduced))
+        t = mx.sym.sum(mx.sym.square(p[0]), axis=reduced) - 2 * m_fixed * s
         parts.append(deviations + (t - fixed(t)))
     outs = []
     for p, m, sq in zip(pieces, means, allreduce(parts)):

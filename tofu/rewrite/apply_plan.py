@@ -128,6 +128,7 @@ class _Rewriter:
         self._const_calls: dict[int, tuple] = {}         # per constant node id: its view's calls
         self._const_pieces: dict[tuple[int, int], list[Held]] = {}
         self._const_runs: dict[tuple[int, int, int], list] = {}
+        self._read: dict[tuple, object] = {}     # (tensor, box, device, data, fill) -> the symbol its readers share
 
     def _distance(self, u: int, w: int) -> int:
         """0 for the same device; else the number of steps below the first one that separates them."""
@@ -199,14 +200,24 @@ class _Rewriter:
             if piece.zeroed:
                 with scope(w):
                     args.append(mx.sym.zeros(shape=box_shape(piece.box), name=self.fabric.name(f"zeros@dev{w}")))
-            elif t in self.const:
-                args.append(self.fabric.gather(tensor.name, self._constant(t, w), piece.box, w, piece.data,
-                                               piece.fill, reducer=self._const_reducer(t)))
             elif tensor.role is Role.AUX:
                 args.append(self._aux_input(t, w, piece))
             else:
-                args.append(self.fabric.gather(tensor.name, self.held[t], piece.box, w, piece.data, piece.fill))
+                args.append(self._read_input(t, w, piece))
         return args
+
+    def _read_input(self, t: int, w: int, piece) -> object:
+        """``piece`` of tensor t on device w, assembled once and shared by every op there that reads it (the
+        timesteps of an RNN layer reading its weights): one Concat per (region, device), not one per reader."""
+        key = (t, piece.box, w, piece.data, piece.fill)
+        if key not in self._read:
+            name = self.graph.tensors[t].name
+            if t in self.const:
+                self._read[key] = self.fabric.gather(name, self._constant(t, w), piece.box, w, piece.data,
+                                                     piece.fill, reducer=self._const_reducer(t))
+            else:
+                self._read[key] = self.fabric.gather(name, self.held[t], piece.box, w, piece.data, piece.fill)
+        return self._read[key]
 
     def _node(self, node: Node) -> None:
         view = NodeView.of(self.graph, node)

@@ -12,7 +12,8 @@ Rules that keep what MXNet copies equal to what the plan counts (see MXNET.md, "
   bytes needed cross devices, and no entry feeds two devices directly (MXNet would then sum its gradient on
   the wrong device);
 * a piece sent to a device is built once per destination and shared by every consumer there (an RNN weight
-  read by every timestep crosses once per iteration);
+  read by every timestep crosses once per iteration); the rewriter also assembles a region once per device
+  (``_Rewriter._read_input``), so its ``Concat`` is shared too;
 * partial sums are reduced on the device that holds the result's slice (a reduce-scatter: every device sums
   its own slice, never one shared sum that MXNet would place on a single device).
 """

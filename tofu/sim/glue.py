@@ -101,6 +101,7 @@ class _PlanReplay:
         self.choices = {n.id: tuple(c[n.name] for c in steps) for n in graph.nodes}
         self.coords = [coordinates(w, self.factors) for w in range(self.k)]
         self.sent: dict = {}
+        self.read: dict = {}
         self.values: list[FlowValue] = []
         self.ops: list[FlowOp] = []
         self.heads: list[int] = []
@@ -256,10 +257,12 @@ class _PlanReplay:
             t = node.inputs[p.input]
             if p.zeroed:
                 args.append(self.emit(device, "_zeros", [], p.box, t))
-            elif t in self.const:
-                args.append(self.gather(t, self.constant(t, device), p.box, device, p.data))
-            elif self.graph.tensors[t].role is not Role.AUX:
-                args.append(self.gather(t, self.held[t], p.box, device, p.data))
+            elif self.graph.tensors[t].role is not Role.AUX:     # assembled once per (region, device), shared
+                key = (t, p.box, device, p.data, p.fill)            # by its readers there (the rewriter's)
+                if key not in self.read:
+                    self.read[key] = self.gather(t, self.constant(t, device) if t in self.const else self.held[t],
+                                                 p.box, device, p.data)
+                args.append(self.read[key])
             else:       # an auxiliary state: a variable of the box the call reads, on its device
                 if (t, device) not in self.aux:
                     self.aux[(t, device)] = self.value(device, 4 * math.prod(_extent(p.box)), t, Role.AUX)
