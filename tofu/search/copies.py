@@ -184,6 +184,10 @@ class _Replay:
                 if t not in read and all(not h[2] for h in produced):
                     held[t] = produced          # a graph output no op reads: handed out as computed
                     continue
+                if len(produced) == self.k and all(h[0] == w and not h[2] and h[1] == self.box(t, w)
+                                                   for w, h in enumerate(produced)):
+                    held[t] = produced          # computed as it is held (what the gather below would give)
+                    continue
                 held[t] = [(w, self.box(t, w), (), self.held_piece(self.gather(t, produced, self.box(t, w), w)))
                            for w in range(self.k)]
         roots = []
