@@ -157,3 +157,23 @@ def test_run_update_cost_counts_each_parameter_shards_update_and_refuses_an_unkn
     with pytest.raises(SystemExit) as e:
         run_update_cost.main(["--models", "nosuchnet:8", "--out-dir", str(tmp_path)])
     assert e.value.code == 2 and "nosuchnet" in capsys.readouterr().err
+
+
+def test_bench_runtime_versions_times_both_trees_and_refuses_a_malformed_case(tmp_path, capsys):
+    """Against this very revision (HEAD) both trees partition mlp alike: the same op count and outputs, one row
+    per tree with its median step among its own steps; a case that is not model:batch:k:algo exits 2."""
+    from experiments import bench_runtime_versions as bench
+
+    assert bench.main(["--against", "HEAD", "--cases", "mlp:8:2:tofu", "--seconds", "0.1", "--tag", "b",
+                       "--out-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "b.csv").open()))
+    assert [r["tree"] for r in rows] == ["against", "this"] and all(r["status"] == "ok" for r in rows)
+    assert rows[0]["ops"] == rows[1]["ops"] and float(rows[1]["output_difference"]) == 0.0
+    for r in rows:
+        assert int(r["steps"]) >= bench.MIN_STEPS
+        assert float(r["p25_seconds"]) <= float(r["seconds"]) <= float(r["p75_seconds"])
+    assert float(rows[1]["over_against"]) == pytest.approx(float(rows[1]["seconds"]) / float(rows[0]["seconds"]),
+                                                         rel=1e-3)
+    assert json.loads((tmp_path / "b.json").read_text())["source"].startswith("re-run: ")
+    assert bench.main(["--against", "HEAD", "--cases", "mlp:8:two:tofu", "--out-dir", str(tmp_path)]) == 2
+    assert "mlp:8:two:tofu" in capsys.readouterr().err
