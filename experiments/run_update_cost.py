@@ -9,7 +9,8 @@ k), the ``tofu`` plan bound once, three things are timed one after another in a 
 ``--seconds``: ``passes``, the forward and backward calls alone (to ``waitall``); ``step``, a whole step
 (:meth:`Trainer.step`); ``host``, the update loop alone after a ``waitall`` (the host's time to issue the calls,
 not waited for). ``increment_per_update`` = (step - passes) / updates: what one update adds to a step;
-``host_per_update`` = host / updates. Beside them, the ``cpu`` profile's ``update_launch_seconds``, what the engine
+``host_per_update`` = host / updates; ``tasks``, the simulator's tasks of the step besides the updates
+(:func:`tofu.sim.program.program_from_symbol`: the ops and copies the engine runs), for scale. Beside them, the ``cpu`` profile's ``update_launch_seconds``, what the engine
 holds a device's compute stream for per update (:mod:`tofu.sim.engine`). Medians; one CSV row per case; a JSON
 sidecar. Progress on stderr.
 """

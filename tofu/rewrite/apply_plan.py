@@ -36,6 +36,7 @@ from tofu import registry
 from tofu.analysis.compose import Box, InputPiece, compose, coordinates, held_box
 from tofu.analysis.views import NodeView
 from tofu.errors import RewriteError, TofuError
+from tofu.graph.gradients import NO_GRADIENT_OPS, ZERO_GRADIENT_INPUTS
 from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
 from tofu.rewrite.comm import Fabric, Held, Lazy, box_shape, intersect, scope
 from tofu.rewrite.machines import MachineStat, machine_mean
@@ -353,9 +354,6 @@ class _Rewriter:
         return synced
 
 
-_NO_GRADIENT = {"BlockGrad", "stop_gradient", "zeros_like", "ones_like"}
-
-
 def _differentiable_in(symbol, params: set[str]) -> bool:
     """Whether ``symbol`` depends on one of ``params`` through ops that pass gradients (MXNet then runs the
     backward pass of what reads it)."""
@@ -371,8 +369,9 @@ def _differentiable_in(symbol, params: set[str]) -> bool:
         if node["op"] == "null":
             if node["name"] in params:
                 return True
-        elif node["op"] not in _NO_GRADIENT:
-            stack.extend(j[0] for j in node["inputs"])
+        elif node["op"] not in NO_GRADIENT_OPS:
+            stack.extend(j[0] for p, j in enumerate(node["inputs"])
+                          if p not in ZERO_GRADIENT_INPUTS.get(node["op"], ()))
     return False
 
 
