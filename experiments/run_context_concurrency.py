@@ -79,6 +79,8 @@ def bind(kind: str, contexts: int):
     values; returns a callable that runs one forward pass, waited for, and returns its seconds."""
     import mxnet as mx
 
+    from tofu.runtime.train import quiet
+
     outs, shapes = [], {}
     for i in range(contexts):
         with mx.AttrScope(ctx_group=f"dev{i}"):
@@ -86,7 +88,8 @@ def bind(kind: str, contexts: int):
         outs.append(y)
         shapes.update(s)
     group2ctx = {f"dev{i}": mx.cpu(i) for i in range(contexts)} if contexts > 1 else None
-    ex = mx.sym.Group(outs).simple_bind(ctx=mx.cpu(0), group2ctx=group2ctx, grad_req="null", **shapes)
+    with quiet():                                     # MXNet logs a line at every bind
+        ex = mx.sym.Group(outs).simple_bind(ctx=mx.cpu(0), group2ctx=group2ctx, grad_req="null", **shapes)
     for a in ex.arg_arrays:
         a[:] = 0.01
 

@@ -352,12 +352,15 @@ def measure_op(case: OpCase, repeats: int) -> tuple[float, tuple[Shape, ...]]:
     """Median seconds of one forward + backward executor call of the case's operator, and its output shapes."""
     import mxnet as mx
 
+    from tofu.runtime.train import quiet
+
     args = {n: mx.sym.var(n) for n, _ in case.inputs}
     fn = getattr(mx.sym, case.op)
     variadic = case.op in ("add_n", "Concat")         # inputs by position, not by name
     sym = fn(*args.values(), **case.attrs, name="op") if variadic else fn(**args, **case.attrs, name="op")
     grad_req = {n: ("null" if n in case.aux else "write") for n in sym.list_arguments()}
-    exe = sym.simple_bind(ctx=mx.cpu(0), grad_req=grad_req, **dict(case.inputs))
+    with quiet():                                     # MXNet logs a line at every bind
+        exe = sym.simple_bind(ctx=mx.cpu(0), grad_req=grad_req, **dict(case.inputs))
     for arr in [*exe.arg_dict.values(), *exe.aux_dict.values()]:
         arr[:] = mx.nd.random.uniform(0.5, 1.5, shape=arr.shape)
     heads = [mx.nd.ones(o.shape) for o in exe.outputs]
@@ -453,14 +456,17 @@ def _copy_fit(repeats: int, identity_rate: ClassFit, call: float, local: float) 
     """(bandwidth, launch) of one copy between cpu(0) and cpu(1) inside an executor (see the module docstring)."""
     import mxnet as mx
 
+    from tofu.runtime.train import quiet
+
     points = []
     for n in COPY_ELEMENTS:
         with mx.AttrScope(ctx_group="dev0"):       # as the rewriter sends a piece: identity on the holder
             sent = mx.sym.identity(mx.sym.var("x"), name="sent")
         with mx.AttrScope(ctx_group="dev1"):
             y = mx.sym.identity(sent, name="y")
-        exe = y.simple_bind(ctx=mx.cpu(0), group2ctx={"dev0": mx.cpu(0), "dev1": mx.cpu(1)}, x=(n,),
-                            grad_req="write")
+        with quiet():
+            exe = y.simple_bind(ctx=mx.cpu(0), group2ctx={"dev0": mx.cpu(0), "dev1": mx.cpu(1)}, x=(n,),
+                                grad_req="write")
         head = mx.nd.ones((n,), ctx=mx.cpu(1))
 
         def run():
