@@ -177,3 +177,67 @@ def test_bench_runtime_versions_times_both_trees_and_refuses_a_malformed_case(tm
     assert json.loads((tmp_path / "b.json").read_text())["source"].startswith("re-run: ")
     assert bench.main(["--against", "HEAD", "--cases", "mlp:8:two:tofu", "--out-dir", str(tmp_path)]) == 2
     assert "mlp:8:two:tofu" in capsys.readouterr().err
+
+
+def test_step_stability_statistics_match_numpy():
+    """The windows' medians, the percentiles and the fraction below the prediction, against numpy on a step
+    series whose windows differ (one window 3x the others)."""
+    import numpy as np
+
+    from experiments import run_step_stability
+
+    rng = np.random.default_rng(7)
+    steps = list(rng.uniform(1.0, 2.0, 40) * np.repeat([1.0, 3.0, 1.0, 1.0], 10))
+    row = run_step_stability.step_statistics(steps, 10, 1.5)
+    windows = np.median(np.array(steps).reshape(4, 10), axis=1)
+    assert row["steps"] == 40 and row["windows"] == 4
+    assert row["median_seconds"] == pytest.approx(np.median(steps))
+    assert row["p10_seconds"] == pytest.approx(np.percentile(steps, 10))
+    assert row["p90_seconds"] == pytest.approx(np.percentile(steps, 90))
+    assert row["fastest_window_seconds"] == pytest.approx(windows.min())
+    assert row["slowest_window_seconds"] == pytest.approx(windows[1])
+    assert row["wander"] == pytest.approx(windows.max() / windows.min()) and row["wander"] > 2
+    assert row["faster_than_predicted"] == pytest.approx(np.mean(np.array(steps) < 1.5))
+
+
+def test_run_step_stability_writes_a_row_per_case_and_refuses_bad_input(tmp_path, capsys):
+    """One row per (case, k) with windows x window-steps steps, the engine's iteration of the same plan beside
+    it; the table prints it; an unknown model, a malformed case and a core the machine lacks are usage errors
+    (exit 2); ``pin`` pins every thread of the process."""
+    import os
+
+    from experiments import run_step_stability, table_step_stability
+    from tofu.api import load_graph
+    from tofu.models import ModelOptions
+    from tofu.search.algorithms import plan_graph
+    from tofu.sim import profile
+    from tofu.sim.engine import simulate_iteration
+
+    assert run_step_stability.main(["--cases", "mlp:16", "--workers", "1,2", "--windows", "2", "--window-steps",
+                                    "3", "--tag", "s", "--out-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "s.csv").open()))
+    assert [(r["model"], r["workers"], r["steps"], r["windows"], r["cpus"]) for r in rows] == [
+        ("mlp", "1", "6", "2", "all"), ("mlp", "2", "6", "2", "all")]
+    graph = load_graph("mlp", ModelOptions(batch=16))
+    for r in rows:
+        sim = simulate_iteration(graph, plan_graph(graph, int(r["workers"]), "tofu"), profile("cpu"), from_symbol=True)
+        assert float(r["predicted_seconds"]) == pytest.approx(sim.seconds)
+        assert float(r["fastest_window_seconds"]) <= float(r["slowest_window_seconds"])
+    assert "| mlp | 16 | 2 | tofu | all |" in table_step_stability.render([rows])
+    assert json.loads((tmp_path / "s.json").read_text())["source"].startswith("re-run: ")
+    for bad, says in ((["--cases", "vgg:4"], "unknown model 'vgg'"), (["--cases", "mlp"], "MODEL:BATCH"),
+                      (["--cpus", "99"], "--cpus '99'")):
+        with pytest.raises(SystemExit) as e:
+            run_step_stability.main([*bad, "--out-dir", str(tmp_path)])
+        assert e.value.code == 2 and says in capsys.readouterr().err
+    saved = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
+    try:
+        one = {min(os.sched_getaffinity(0))}
+        run_step_stability.pin(one)
+        assert all(os.sched_getaffinity(int(t)) == one for t in os.listdir("/proc/self/task"))
+    finally:
+        for t, cpus in saved.items():
+            try:
+                os.sched_setaffinity(t, cpus)
+            except ProcessLookupError:      # a thread that ended meanwhile
+                pass
