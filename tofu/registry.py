@@ -9,6 +9,7 @@ import importlib
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from tofu.errors import DuplicateRegistrationError, UnsupportedOperatorError
@@ -36,7 +37,7 @@ class Expansion:
     refuses: Callable | None = None
     partials: bool = False
 
-    @property
+    @cached_property
     def reads_origins(self) -> bool:
         return "origins" in inspect.signature(self.run).parameters
 

@@ -61,14 +61,24 @@ def gives_gradient(op: str, arrives: bool | None, position: int | None = None) -
     return arrives is False and op in RUNS_ON_ZEROS
 
 
-@lru_cache(maxsize=4096)
 def expansion_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...], origins: tuple[tuple[int, ...], ...],
                         arrives: bool = True) -> tuple[bool, ...]:
     """Per input of ``op`` run by its expansion (``tofu.registry.expansion``) on one worker's pieces of
     ``shapes`` starting at ``origins``: whether the expansion's MXNet symbol gives it a gradient, ``arrives``
     telling whether one reaches the outputs (else only zeros). Traced back from the outputs with
     :func:`gives_gradient`, the statistics exchange as an ``add_n`` (its concats and sums run their backward on
-    zeros): SoftmaxOutput's reads its label through ``one_hot`` alone, so the label gets none."""
+    zeros): SoftmaxOutput's reads its label through ``one_hot`` alone, so the label gets none. An expansion that
+    does not read the origins builds one symbol for every worker: it is traced once per shapes."""
+    from tofu import registry
+
+    if not registry.expansion(op).reads_origins:
+        origins = tuple((0,) * len(s) for s in shapes)
+    return _expansion_gradients(op, attrs, shapes, origins, arrives)
+
+
+@lru_cache(maxsize=16384)
+def _expansion_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...], origins: tuple[tuple[int, ...], ...],
+                         arrives: bool) -> tuple[bool, ...]:
     import mxnet as mx
 
     from tofu import registry

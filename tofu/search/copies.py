@@ -98,19 +98,26 @@ class _Replay:
         self.layouts: dict[int, tuple[list, int]] = {}       # id of a pieces list -> (the list, its layout)
         self.layout_ids: dict[tuple, int] = {}
         self.cells: dict[tuple, tuple] = {}                   # (layout, data, destination) -> its cells
+        self.layout_arrays: dict[int, tuple] = {}             # layout -> its pieces' boxes as arrays (_arrays)
         self.boxes: dict[tuple, Box] = {}
+        self.itemsize = [np.dtype(t.dtype).itemsize for t in graph.tensors]
 
     def symbol(self, inputs=(), nbytes: float = 0.0, needs: bool = False, gives: Sequence[Gives] | None = None,
                back: float = 0.0) -> int:
         """A new symbol reading ``inputs`` (``gives``: per input, whether it gives it a gradient; default
         :data:`PASSES`); it needs a gradient when it is a variable with one (``needs``) or reads one that needs
         one through an input it gives a gradient (MXNet differentiates only towards the variables with one)."""
-        gives = tuple(gives) if gives is not None else (PASSES,) * len(inputs)
+        if gives is None:
+            gives = (PASSES,) * len(inputs)
+            needs = needs or any(self.needs[i] for i in inputs)
+        else:
+            gives = tuple(gives)
+            needs = needs or any(self.needs[i] for i, g in zip(inputs, gives) if g[0])
         self.inputs.append(tuple(inputs))
         self.gives.append(gives)
         self.nbytes.append(nbytes)
         self.back.append(back)
-        self.needs.append(needs or any(self.needs[i] for i, g in zip(inputs, gives) if g[0]))
+        self.needs.append(needs)
         return len(self.nbytes) - 1
 
     def box(self, t: int, w: int) -> Box:
@@ -245,10 +252,14 @@ class _Replay:
         """The symbols that assemble ``data`` (default: ``box``) of tensor t on ``dst`` from the pieces: the
         cells the pieces' edges cut it into, each from the nearest piece of every partial-sum class."""
         data = box if data is None else data
-        key = (self.layout(pieces), data, dst)
+        layout = self.layout(pieces)
+        key = (layout, data, dst)
         cells = self.cells.get(key)
         if cells is None:
-            cells = self.cells[key] = _cells(pieces, data, dst, self.distance)
+            arrays = self.layout_arrays.get(layout)
+            if arrays is None:
+                arrays = self.layout_arrays[layout] = _arrays(pieces)
+            cells = self.cells[key] = _cells(pieces, data, dst, self.distance, arrays)
         return [self.piece(t, pieces[i], cell, dst) for i, cell in cells]
 
     def layout(self, pieces) -> int:
@@ -261,20 +272,26 @@ class _Replay:
         return seen[1]
 
     def piece(self, t: int, src, box: Box, dst: int) -> int:
-        """``box`` of a held piece, readable on ``dst``: cut on the holder's device and sent once per destination."""
-        device, src_box, key, sym = src
-        if box == src_box and device == dst:
+        """``box`` of a held piece, readable on ``dst``: cut on the holder's device and sent once per destination.
+        A held piece's symbol stands for its (device, box, partial key): within one tensor no two held pieces
+        share a symbol."""
+        device, src_box, _, sym = src
+        if device == dst and box == src_box:
             return sym
-        sent = (t, device, src_box, key, box, dst)
-        if sent not in self.sent:
-            forward = 0.0
-            if device != dst:
-                tensor = self.graph.tensors[t]
-                forward = math.prod(b - a for a, b in box) * np.dtype(tensor.dtype).itemsize
-            self.sent[sent] = self.symbol((sym,), forward, back=forward if t in self.grads and self.needs[sym] else 0.0)
+        sent = (t, sym, box, dst)
+        got = self.sent.get(sent)
+        if got is None:
+            forward = math.prod(b - a for a, b in box) * self.itemsize[t] if device != dst else 0.0
+            needs = self.needs[sym]             # a cut passes a gradient: it needs one when its source does
+            self.inputs.append((sym,))
+            self.gives.append((PASSES,))
+            self.nbytes.append(forward)
+            self.back.append(forward if needs and t in self.grads else 0.0)
+            self.needs.append(needs)
+            got = self.sent[sent] = len(self.nbytes) - 1
             if forward:
-                self.received[self.sent[sent]] = (dst, forward)
-        return self.sent[sent]
+                self.received[got] = (dst, forward)
+        return got
 
     def exchange(self, node, calls, syms: Sequence[int], needs: Sequence[bool]) -> list[tuple[list[int], float]]:
         """The statistics all-reduce of an op run by its expansion, per group of the n workers that differ only
@@ -330,36 +347,44 @@ def _calls(op, attrs, ins, outs, choices, factors):
                    factors)
 
 
-def _cells(pieces, data: Box, dst: int, distance) -> tuple[tuple[int, Box], ...]:
+def _arrays(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """The pieces' boxes as arrays for :func:`_cells`: their lower and upper corners (n x rank), their devices,
+    and whether any piece is a partial sum."""
+    lo = np.array([[a for a, _ in h[1]] for h in pieces], dtype=np.int64).reshape(len(pieces), -1)
+    hi = np.array([[b for _, b in h[1]] for h in pieces], dtype=np.int64).reshape(len(pieces), -1)
+    return lo, hi, np.array([h[0] for h in pieces]), any(h[2] for h in pieces)
+
+
+def _cells(pieces, data: Box, dst: int, distance, arrays) -> tuple[tuple[int, Box], ...]:
     """Which piece each cell of ``data`` on ``dst`` is cut from, as (position in ``pieces``, cell): the pieces'
     edges cut ``data`` into cells, each taken from the nearest piece (``distance``, then the lower device) of
-    every partial-sum class; ``data`` whole from a piece ``dst`` holds, when no piece is partial."""
+    every partial-sum class; ``data`` whole from a piece ``dst`` holds, when no piece is partial. ``arrays``:
+    :func:`_arrays` of ``pieces``."""
     if not all(hi > lo for lo, hi in data):
         return ()
-    for i, h in enumerate(pieces):        # held on dst whole (the usual case): nothing else is read
-        if h[0] == dst and not h[2] and all(a <= c and d <= b for (a, b), (c, d) in zip(h[1], data)):
-            if all(not g[2] for g in pieces):
-                return ((i, data),)
-            break
-    parts = [(i, h) for i, h in enumerate(pieces) if _meets(h[1], data)]
+    lo, hi, devices, partial = arrays
+    low = np.array([a for a, _ in data], dtype=np.int64)
+    high = np.array([b for _, b in data], dtype=np.int64)
+    if not partial:                       # held on dst whole (the usual case): nothing else is read
+        whole = np.flatnonzero((devices == dst) & (lo <= low).all(1) & (high <= hi).all(1))
+        if whole.size:
+            return ((int(whole[0]), data),)
+    parts = np.flatnonzero((np.maximum(lo, low) < np.minimum(hi, high)).all(1))
+    plo, phi = lo[parts], hi[parts]
     cuts = []
-    for d, (lo, hi) in enumerate(data):
-        edges = {lo, hi}
-        for _, h in parts:
-            edges.update(e for e in h[1][d] if lo < e < hi)
-        edges = sorted(edges)
+    for d, (a, b) in enumerate(data):
+        e = np.concatenate((plo[:, d], phi[:, d]))
+        edges = [a, *np.unique(e[(e > a) & (e < b)]).tolist(), b]
         cuts.append(list(zip(edges, edges[1:])))
     out = []
     for cell in itertools.product(*cuts):
+        c_lo = np.array([a for a, _ in cell], dtype=np.int64)
+        c_hi = np.array([b for _, b in cell], dtype=np.int64)
         nearest: dict[tuple, tuple] = {}
-        for i, h in parts:
-            if all(a <= c and d <= b for (a, b), (c, d) in zip(h[1], cell)):
-                best = nearest.get(h[2])
-                if best is None or (distance(h[0], dst), h[0]) < (distance(best[1][0], dst), best[1][0]):
-                    nearest[h[2]] = (i, h)
+        for i in parts[((plo <= c_lo) & (c_hi <= phi)).all(1)].tolist():
+            h = pieces[i]
+            best = nearest.get(h[2])
+            if best is None or (distance(h[0], dst), h[0]) < (distance(best[1][0], dst), best[1][0]):
+                nearest[h[2]] = (i, h)
         out += [(i, cell) for i, _ in nearest.values()]
     return tuple(out)
-
-
-def _meets(a: Box, b: Box) -> bool:
-    return all(max(x, u) < min(y, v) for (x, y), (u, v) in zip(a, b))
