@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
@@ -44,15 +46,6 @@ def pin(cpus: set[int]) -> None:
     """Every thread of this process pinned to ``cpus`` (threads started later inherit their starter's set)."""
     for tid in os.listdir("/proc/self/task"):
         os.sched_setaffinity(int(tid), cpus)
-
-
-def percentile(xs: list[float], q: float) -> float:
-    """The q-quantile of ``xs`` (q in [0, 1]) by linear interpolation between order statistics."""
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def case_row(model: str, batch: int, workers: int, plan_name: str, windows: int, window_steps: int, profile,
@@ -82,7 +75,7 @@ def step_statistics(steps: list[float], window_steps: int, predicted: float) -> 
     simulated ``predicted`` (see the module docstring)."""
     medians = [statistics.median(steps[i:i + window_steps]) for i in range(0, len(steps), window_steps)]
     return {"steps": len(steps), "windows": len(medians), "median_seconds": statistics.median(steps),
-            "p10_seconds": percentile(steps, 0.1), "p90_seconds": percentile(steps, 0.9),
+            "p10_seconds": float(np.percentile(steps, 10)), "p90_seconds": float(np.percentile(steps, 90)),
             "fastest_window_seconds": min(medians), "slowest_window_seconds": max(medians),
             "wander": max(medians) / min(medians), "predicted_seconds": predicted,
             "faster_than_predicted": sum(s < predicted for s in steps) / len(steps)}
