@@ -89,7 +89,7 @@ class _Replay:
         self.nbytes: list[float] = []              # per symbol: bytes its copy moves forward
         self.back: list[float] = []                # per symbol: and backward, if a gradient reaches it
         self.needs: list[bool] = []                # per symbol: it depends on a variable with a gradient
-        self.sent: dict[tuple, int] = {}
+        self.sent: dict[tuple, int] = {}           # (tensor, held symbol, box number, destination) -> its copy
         self.grads = graph.with_gradient
         self.const = constant_tensors(graph)
         self.received: dict[int, tuple[int, float]] = {}   # per copied symbol: (destination, forward bytes)
@@ -97,9 +97,11 @@ class _Replay:
         self.live_symbols: set[int] = set()
         self.layouts: dict[int, tuple[list, int]] = {}       # id of a pieces list -> (the list, its layout)
         self.layout_ids: dict[tuple, int] = {}
-        self.cells: dict[tuple, tuple] = {}                   # (layout, data, destination) -> its cells
+        self.cells: dict[tuple, tuple] = {}     # (layout, data, destination) -> its cells: (position, box's
+        #                                         number, elements, whether it is that piece on the destination)
         self.layout_arrays: dict[int, tuple] = {}             # layout -> its pieces' boxes as arrays (_arrays)
         self.boxes: dict[tuple, Box] = {}
+        self.box_ids: dict[Box, int] = {}                     # a number for every cell box met
         self.itemsize = [np.dtype(t.dtype).itemsize for t in graph.tensors]
 
     def symbol(self, inputs=(), nbytes: float = 0.0, needs: bool = False, gives: Sequence[Gives] | None = None,
@@ -259,8 +261,19 @@ class _Replay:
             arrays = self.layout_arrays.get(layout)
             if arrays is None:
                 arrays = self.layout_arrays[layout] = _arrays(pieces)
-            cells = self.cells[key] = _cells(pieces, data, dst, self.distance, arrays)
-        return [self.piece(t, pieces[i], cell, dst) for i, cell in cells]
+            cells = self.cells[key] = tuple(
+                (i, self.box_ids.setdefault(cell, len(self.box_ids)), math.prod(b - a for a, b in cell),
+                 pieces[i][0] == dst and cell == pieces[i][1])
+                for i, cell in _cells(pieces, data, dst, self.distance, arrays))
+        got = []
+        for i, box_id, volume, local in cells:
+            sym = pieces[i][3]
+            if local:                       # the holder's piece itself
+                got.append(sym)
+                continue
+            sent = self.sent.get((t, sym, box_id, dst))
+            got.append(self.piece(t, pieces[i][0], sym, box_id, volume, dst) if sent is None else sent)
+        return got
 
     def layout(self, pieces) -> int:
         """A number for the (device, box, partial key) of every piece of ``pieces``: lists alike in them (the
@@ -271,26 +284,21 @@ class _Replay:
             seen = self.layouts[id(pieces)] = (pieces, self.layout_ids.setdefault(shape, len(self.layout_ids)))
         return seen[1]
 
-    def piece(self, t: int, src, box: Box, dst: int) -> int:
-        """``box`` of a held piece, readable on ``dst``: cut on the holder's device and sent once per destination.
-        A held piece's symbol stands for its (device, box, partial key): within one tensor no two held pieces
-        share a symbol."""
-        device, src_box, _, sym = src
-        if device == dst and box == src_box:
-            return sym
-        sent = (t, sym, box, dst)
-        got = self.sent.get(sent)
-        if got is None:
-            forward = math.prod(b - a for a, b in box) * self.itemsize[t] if device != dst else 0.0
-            needs = self.needs[sym]             # a cut passes a gradient: it needs one when its source does
-            self.inputs.append((sym,))
-            self.gives.append((PASSES,))
-            self.nbytes.append(forward)
-            self.back.append(forward if needs and t in self.grads else 0.0)
-            self.needs.append(needs)
-            got = self.sent[sent] = len(self.nbytes) - 1
-            if forward:
-                self.received[got] = (dst, forward)
+    def piece(self, t: int, device: int, sym: int, box_id: int, volume: int, dst: int) -> int:
+        """A new symbol for the box numbered ``box_id`` (``volume`` elements) of a held piece (``sym``, on
+        ``device``), readable on ``dst``: cut on the holder's device and sent once per destination (:meth:`gather`
+        finds it in ``sent`` after). A held piece's symbol stands for its (device, box, partial key): within one
+        tensor no two held pieces share a symbol."""
+        forward = volume * self.itemsize[t] if device != dst else 0.0
+        needs = self.needs[sym]             # a cut passes a gradient: it needs one when its source does
+        self.inputs.append((sym,))
+        self.gives.append((PASSES,))
+        self.nbytes.append(forward)
+        self.back.append(forward if needs and t in self.grads else 0.0)
+        self.needs.append(needs)
+        got = self.sent[(t, sym, box_id, dst)] = len(self.nbytes) - 1
+        if forward:
+            self.received[got] = (dst, forward)
         return got
 
     def exchange(self, node, calls, syms: Sequence[int], needs: Sequence[bool]) -> list[tuple[list[int], float]]:
