@@ -1,5 +1,6 @@
 """plan_graph's concurrent one-cut search (issue 9): ``tofu``'s k-way cut costed in a forked process while the
-recursion runs must give the sequential plan, byte for byte, whichever order wins and whatever the fork does.
+recursion runs must give the sequential plan, byte for byte, whichever order wins and whatever the fork does;
+and so must the plan's prefix recounts (issue 23), counted in a forked process while the last is counted here.
 
 The reference is the same call with ``concurrent=False``; the fork is forced (a spare core is not assumed).
 """
@@ -131,3 +132,50 @@ def test_only_tofu_forks(forked):
 
 def test_small_graphs_never_fork():
     assert not algorithms._fork_pays(graph("mlp"))
+
+
+@pytest.fixture
+def prefixes(monkeypatch):
+    """Forces the fork of the plan's prefix recounts and records each child's answer (None: none)."""
+    monkeypatch.setattr(algorithms, "_fork_pays", lambda graph: True)
+    answers = []
+    values = algorithms._Forked.values
+
+    def recorded(self, timeout_s):
+        got = values(self, timeout_s)
+        if not isinstance(self, algorithms._Ahead):
+            answers.append(got)
+        return got
+
+    monkeypatch.setattr(algorithms._Forked, "values", recorded)
+    return answers
+
+
+@pytest.mark.parametrize("name, batch, workers", [("rnn-tiny", 16, 8), ("wresnet-tiny", 16, 4), ("gpt-tiny", 64, 8)])
+def test_prefixes_recounted_in_a_fork_give_the_sequential_plan(prefixes, name, batch, workers):
+    """Each step's bytes are the recount of its prefix of cuts less the one before: counted in a child while
+    the last prefix is counted here, they are the same floats."""
+    g = graph(name, batch)
+    sequential = plan_graph(g, workers, "tofu", concurrent=False)
+    assert not prefixes
+    got = plan_graph(g, workers, "tofu")
+    if len(got.steps) > 1:
+        assert len(prefixes) == 1 and prefixes[0] is not None and len(prefixes[0]) == len(got.steps) - 1
+    else:
+        assert not prefixes
+    assert plan_doc(got) == plan_doc(sequential)
+
+
+def test_a_prefix_count_that_dies_is_counted_again_here(prefixes, monkeypatch):
+    parent, count = os.getpid(), algorithms.copies_and_kept
+
+    def patched(*args):
+        if os.getpid() != parent:
+            os._exit(3)
+        return count(*args)
+
+    monkeypatch.setattr(algorithms, "copies_and_kept", patched)
+    g = graph("rnn-tiny", 16)
+    got = plan_graph(g, 8, "tofu")
+    assert prefixes == [None]
+    assert plan_doc(got) == plan_doc(plan_graph(g, 8, "tofu", concurrent=False))

@@ -20,7 +20,7 @@ import select
 import signal
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -136,7 +136,7 @@ def _plan(graph: Graph, workers: int, algo: str, concurrent: bool = False) -> Pl
         steps = min(candidates, key=total_cost)       # ties: the first (the recursion)
     seconds = time.perf_counter() - start
     log.info("%s: %d workers in %.2f s", algo, workers, seconds)
-    return to_plan(graph, workers, algo, steps, seconds, coarse.stats(graph))
+    return to_plan(graph, workers, algo, steps, seconds, coarse.stats(graph), concurrent)
 
 
 _FORK_FROM_NODES = 300
@@ -153,48 +153,51 @@ def _fork_pays(graph: Graph) -> bool:
     return cores >= 2 and os.getloadavg()[0] <= cores - 0.5
 
 
-class _Ahead:
-    """One search run in a forked process, which reports its total cost only (8 bytes; nothing else crosses):
-    the caller keeps its own plan when that is no dearer, and otherwise searches again itself."""
+class _Forked:
+    """Floats computed in a forked process (8 bytes each; nothing else crosses): the caller computes them
+    itself when the child gives no answer, so what it returns never depends on the fork."""
 
-    def __init__(self, pid: int, fd: int):
-        self._pid, self._fd = pid, fd
+    def __init__(self, pid: int, fd: int, count: int):
+        self._pid, self._fd, self._count = pid, fd, count
 
     @classmethod
-    def start(cls, graph: Graph, order: tuple[int, ...], solver: Callable, coarse) -> "_Ahead | None":
+    def start(cls, compute: Callable[[], Sequence[float]], count: int, what: str) -> "_Forked | None":
+        """``compute()`` (``count`` floats, ``what`` they are) run in a child, or None when no child starts."""
         try:
             read, write = os.pipe()
             pid = os.fork()
         except OSError as e:
-            log.info("no process for the %s-way cut (%s): searching it here", order, e)
+            log.info("no process for %s (%s): computing it here", what, e)
             return None
         if pid == 0:                      # the child: any failure is reported as no answer
             code = 1
             try:
                 os.close(read)
-                os.write(write, struct.pack("d", float(total_cost(search(graph, order, solver, coarse)))))
-                code = 0
-            except BaseException:         # noqa: BLE001 (the parent searches again and reports it)
+                values = tuple(float(v) for v in compute())
+                if len(values) == count:
+                    os.write(write, struct.pack(f"{count}d", *values))
+                    code = 0
+            except BaseException:         # noqa: BLE001 (the parent computes it again and reports it)
                 pass
             finally:
                 os._exit(code)
         os.close(write)
-        return cls(pid, read)
+        return cls(pid, read, count)
 
-    def cost(self, timeout_s: float) -> float | None:
-        """The child's total cost, or None when it failed, died or gave no answer within ``timeout_s``."""
-        got = b""
+    def values(self, timeout_s: float) -> tuple[float, ...] | None:
+        """The child's floats, or None when it failed, died or gave no answer within ``timeout_s``."""
+        size, got = 8 * self._count, b""
         deadline = time.monotonic() + timeout_s
-        while len(got) < 8:
+        while len(got) < size:
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self._fd], [], [], left)[0]:
-                log.info("the forked search gave no answer within %.0f s: searching it here", timeout_s)
+                log.info("the forked process gave no answer within %.0f s: computing it here", timeout_s)
                 return None
-            chunk = os.read(self._fd, 8 - len(got))
+            chunk = os.read(self._fd, size - len(got))
             if not chunk:                 # the child closed the pipe without a full answer
                 return None
             got += chunk
-        return struct.unpack("d", got)[0]
+        return struct.unpack(f"{self._count}d", got)
 
     def close(self) -> None:
         """Stops the child if it still runs, and reaps it."""
@@ -203,6 +206,21 @@ class _Ahead:
             os.kill(self._pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(self._pid, 0)
+
+
+class _Ahead(_Forked):
+    """One search run in a forked process, which reports its total cost only: the caller keeps its own plan
+    when that is no dearer, and otherwise searches again itself."""
+
+    @classmethod
+    def start(cls, graph: Graph, order: tuple[int, ...], solver: Callable, coarse) -> "_Ahead | None":
+        return super().start(lambda: (total_cost(search(graph, order, solver, coarse)),), 1,
+                             f"the {order}-way cut")
+
+    def cost(self, timeout_s: float) -> float | None:
+        """The child's total cost, or None when it failed, died or gave no answer within ``timeout_s``."""
+        got = self.values(timeout_s)
+        return None if got is None else got[0]
 
 
 def replay(graph: Graph, plan: Plan) -> Plan:
@@ -262,14 +280,14 @@ def replay(graph: Graph, plan: Plan) -> Plan:
 
 
 def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], seconds: float,
-            coarsening: dict[str, int]) -> Plan:
+            coarsening: dict[str, int], concurrent: bool = False) -> Plan:
     final = [t.shape for t in graph.tensors]
     for s in steps:
         final = [tuple(n // s.factor if i == d else n for i, n in enumerate(shape))
                  for shape, d in zip(final, s.tensor_dims)]
     choices = [tuple(OpChoice.of(st, s.tensor_dims[n.outputs[0]]) for n, st in zip(graph.nodes, s.strategies))
                for s in steps]
-    costs, kept = _step_costs(graph, steps, choices)
+    costs, kept = _step_costs(graph, steps, choices, concurrent)
     plan_steps = tuple(PlanStep(s.factor, s.groups, cost,
                                 tuple((t.name, d) for t, d in zip(graph.tensors, s.tensor_dims)),
                                 tuple((n.name, c) for n, c in zip(graph.nodes, step_choices)))
@@ -282,23 +300,37 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                 tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))
 
 
-def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices) -> tuple[list[float], tuple[float, ...] | None]:
+def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices,
+                concurrent: bool = False) -> tuple[list[float], tuple[float, ...] | None]:
     """Each step's d_j as the runtime moves it: what the first j cuts copy less what the first j - 1 copy
     (:mod:`tofu.search.copies`), and per device the forward bytes it receives and keeps for the backward pass
     under all the cuts (each region once). The search's own costs, which charge every op for its pieces, are
     the same but where ops on a device share a piece or MXNet runs no op that needs one; for a plan the runtime
-    cannot run (a search without the runnability check), they are kept, and the kept bytes are None."""
-    costs, before, kept = [], 0.0, ()
+    cannot run (a search without the runnability check), they are kept, and the kept bytes are None.
+
+    The prefixes' counts (2 + 4 + ... + k/2 workers' calls: about as many as the last count's k) run in a
+    forked process while the last is counted here, with ``concurrent`` and a core to spare."""
+    def count(j: int) -> tuple[float, tuple[float, ...]]:
+        return copies_and_kept(graph, [s.factor for s in steps[:j]],
+                               [tuple(s.tensor_dims[t.id] for s in steps[:j]) for t in graph.tensors],
+                               [tuple(c[n.id] for c in choices[:j]) for n in graph.nodes])
+
+    n = len(steps)
+    child = _Forked.start(lambda: [count(j)[0] for j in range(1, n)], n - 1, "the plan's prefixes") \
+        if concurrent and n > 1 and _fork_pays(graph) else None
     try:
-        for j in range(1, len(steps) + 1):
-            now, kept = copies_and_kept(graph, [s.factor for s in steps[:j]],
-                                        [tuple(s.tensor_dims[t.id] for s in steps[:j]) for t in graph.tensors],
-                                        [tuple(c[n.id] for c in choices[:j]) for n in graph.nodes])
-            costs.append(now - before)
-            before = now
+        start = time.perf_counter()
+        total, kept = count(n) if n else (0.0, ())
+        prefixes = child.values(timeout_s=max(5.0, 2 * (time.perf_counter() - start))) if child else None
+        if prefixes is None:
+            prefixes = [count(j)[0] for j in range(1, n)]
     except TofuError:
         return [float(s.cost) for s in steps], None
-    return costs, kept
+    finally:
+        if child is not None:
+            child.close()
+    totals = [*prefixes, total][:n]
+    return [now - before for before, now in zip([0.0, *totals], totals)], kept
 
 
 def _largest_buffer(graph: Graph, steps: tuple[CutStep, ...], final) -> int:
