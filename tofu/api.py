@@ -116,6 +116,7 @@ def clear_caches() -> None:
 
     describe._describe.cache_clear()
     strategies._analyse.cache_clear()
+    strategies.signature_strategies.cache_clear()
     strategies._has_computed.cache_clear()
     single_op._op_symbol.cache_clear()
     single_op._infer.cache_clear()

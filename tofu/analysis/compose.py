@@ -32,10 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
-from tofu.analysis.strategies import PartialSum, PartitionStrategy, SplitDim, strategies
+from tofu.analysis.strategies import PartialSum, PartitionStrategy, SplitDim, signature_strategies
 from tofu.analysis.views import NodeView, expands_partials, kernel_call
 from tofu.errors import AnalysisError
-from tofu.tdl.describe import describe
 
 Box = tuple[tuple[int, int], ...]        # per dimension [lo, hi) in the whole tensor's coordinates
 
@@ -334,7 +333,7 @@ def _strategy(view: NodeView, choice: OpChoice, f: int) -> PartitionStrategy:
 @lru_cache(maxsize=16384)
 def _by_choice(op, attrs, ins, outs, f: int) -> dict:
     """An op signature's strategies for f workers by (variable, kind) (every worker and step asks again)."""
-    return {(s.var, s.kind): s for s in strategies(describe(op, attrs, ins, outs), f)}
+    return {(s.var, s.kind): s for s in signature_strategies(op, attrs, ins, outs, f)}
 
 
 def _narrow(window: Box, origin: Sequence[int], bounds) -> Box:

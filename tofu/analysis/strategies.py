@@ -29,7 +29,7 @@ from functools import cached_property, lru_cache
 
 from tofu.analysis.interval import BoundSym, Interval, bound
 from tofu.errors import AnalysisError
-from tofu.tdl.describe import OpDescription
+from tofu.tdl.describe import OpDescription, describe
 from tofu.tdl.expr import (FULL, Access, Affine, Binary, Computed, IndexExpr, OpaqueCall, Reduce, ValueExpr, Var,
                            children, index_vars, walk_accesses)
 
@@ -523,6 +523,13 @@ def strategies(desc: OpDescription, k: int) -> tuple[PartitionStrategy, ...]:
     """Every basic strategy of ``desc`` that applies to ``k`` workers."""
     found = (instantiate(desc, s, k) for s in analyse(desc).strategies)
     return tuple(s for s in found if s is not None)
+
+
+@lru_cache(maxsize=16384)
+def signature_strategies(op: str, attrs, ins, outs, k: int) -> tuple[PartitionStrategy, ...]:
+    """:func:`strategies` of one op signature (op, attributes, input and output shapes), cached: the search
+    costs them and the recount composes every worker's call from them."""
+    return strategies(describe(op, attrs, ins, outs), k)
 
 
 def _region(box: Sequence[Interval], shape: Sequence[int], values) -> Region | None:

@@ -55,7 +55,8 @@ from functools import lru_cache
 import numpy as np
 
 from tofu import registry
-from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, SplitDim, strategies
+from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, SplitDim
+from tofu.analysis.strategies import signature_strategies as analysed_strategies
 from tofu.analysis.views import NodeView, kernel_call, next_view, runnable  # noqa: F401 (re-exported)
 from tofu.errors import SearchError, TofuError
 from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
@@ -481,7 +482,7 @@ def _costed(op, attrs, ins, outs, k, grads, items, roles, held, classes, done=Fa
 def _strategies(op, attrs, ins, outs, k):
     """An op signature's strategies for k workers, and its output splits computed whole (shared by every
     group and held box the signature is costed against)."""
-    found = strategies(describe(op, attrs, ins, outs), k)
+    found = analysed_strategies(op, attrs, ins, outs, k)
     return found, tuple(_computed_whole(s) for s in found if s.kind == "output")
 
 
