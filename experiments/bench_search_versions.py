@@ -2,6 +2,11 @@
 
     python experiments/bench_search_versions.py --against REV [--models wresnet-152-10,rnn-10-8k,gpt-6.7b]
                                                 [--workers 8] [--rounds 3] [--repeats 3] [--tag NAME]
+                                                [--gluon-batch 32]
+
+A model is a zoo name or ``gluon:NET``: a Gluon model-zoo network (``gluon:densenet121``) exported here as
+``experiments/run_zoo_check.py`` does (224 x 224 images, 10 classes, batch ``--gluon-batch``) and read back by
+both trees as a user's symbol file with a softmax loss over its logits.
 
 The revision is checked out into a temporary git worktree. Each round runs every model once in each tree
 (alternating, in fresh processes with one burn-in plan), ``--repeats`` cold searches each (every cache
@@ -31,7 +36,8 @@ TIMER = r"""
 import json, sys, time
 from tofu.api import clear_caches, load_graph
 from tofu.search.algorithms import plan_graph
-graph = load_graph(sys.argv[1]); workers, repeats = int(sys.argv[2]), int(sys.argv[3])
+shapes = {name: tuple(shape) for name, shape in json.loads(sys.argv[4]).items()} or None
+graph = load_graph(sys.argv[1], shapes=shapes, with_loss=True); workers, repeats = int(sys.argv[2]), int(sys.argv[3])
 plan_graph(graph, workers, "tofu")
 out = []
 for _ in range(repeats):
@@ -43,13 +49,23 @@ print(json.dumps(out))
 """
 
 
-def _time(tree: Path, model: str, workers: int, repeats: int) -> list | str:
+def _time(tree: Path, model: tuple[str, str], workers: int, repeats: int) -> list | str:
+    """``model``: (zoo name or symbol file, its input shapes as JSON: ``{}`` for a zoo name)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "MXNET_SUBGRAPH_BACKEND": "NONE", "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", TIMER, model, str(workers), str(repeats)], cwd=tree, env=env,
-                          capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-c", TIMER, model[0], str(workers), str(repeats), model[1]],
+                          cwd=tree, env=env, capture_output=True, text=True)
     if done.returncode:
         return (done.stderr.strip().splitlines() or ["failed"])[-1][:200]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _spec(model: str, batch: int, tmp: Path) -> tuple[str, str]:
+    """What :func:`_time` passes for ``model``: a zoo name as it is; ``gluon:NET`` exported into ``tmp``."""
+    if not model.startswith("gluon:"):
+        return model, "{}"
+    from experiments.run_zoo_check import export
+
+    return str(export(model.split(":", 1)[1], 224, batch, tmp)), json.dumps({"data": [batch, 3, 224, 224]})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +77,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--tag", default="latest")
     p.add_argument("--out-dir", type=Path, default=Path("results/bench_versions"))
+    p.add_argument("--gluon-batch", type=int, default=32, help="the batch of a gluon:NET model")
     args = p.parse_args(argv)
+    if args.gluon_batch < 1:
+        print(f"bench_search_versions: --gluon-batch must be at least 1, got {args.gluon_batch}", file=sys.stderr)
+        return 2
     out = args.out_dir / f"{args.tag}.csv"
     writer = RowWriter(out, COLUMNS)
     with tempfile.TemporaryDirectory() as tmp:
@@ -74,12 +94,18 @@ def main(argv: list[str] | None = None) -> int:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=old, capture_output=True, text=True).stdout.strip()
         write_sidecar(out, vars(args), against_sha=sha)
         try:
+            try:
+                specs = {model: _spec(model, args.gluon_batch, Path(tmp)) for model in args.models.split(",")}
+            except Exception as e:        # noqa: BLE001 (Gluon's errors for an unknown network vary)
+                print(f"bench_search_versions: cannot export {args.models}: {str(e).splitlines()[0]}",
+                      file=sys.stderr)
+                return 2
             times: dict[tuple[str, str], list[float]] = {}
             walls: dict[tuple[str, str], list[float]] = {}
             for r in range(args.rounds):
                 for model in args.models.split(","):
                     for tree, path in (("old", old), ("new", ROOT)):
-                        got = _time(path, model, args.workers, args.repeats)
+                        got = _time(path, specs[model], args.workers, args.repeats)
                         if isinstance(got, str):
                             writer.write({"tree": tree, "model": model, "workers": args.workers, "round": r,
                                           "status": "error"})
