@@ -9,7 +9,8 @@ every worker's call as :func:`tofu.analysis.compose.compose` gives it, and keeps
 * an op's input piece that its device does not hold is assembled from the cells the holders' boxes cut it
   into, each cell from its nearest holder, cut on the holder's device and sent once per destination: ops on
   one device that read the same cell share it (forward one copy; backward their gradients summed there, one
-  copy back);
+  copy back), and the cells' assembly (concat, add_n, pad) is built once per device and region, as the
+  rewriter does;
 * an op's output is turned into every holder's box (partial sums reduced there); a graph output that no op
   reads is handed out as computed, unless partial;
 * MXNet runs only what a graph output needs: of a loss computed whole the first copy alone (the others would
@@ -90,6 +91,7 @@ class _Replay:
         self.back: list[float] = []                # per symbol: and backward, if a gradient reaches it
         self.needs: list[bool] = []                # per symbol: it depends on a variable with a gradient
         self.sent: dict[tuple, int] = {}           # (tensor, held symbol, box number, destination) -> its copy
+        self.assembled: dict[tuple, int] = {}      # (tensor, the cells' symbols, box, data) -> their assembly
         self.grads = graph.with_gradient
         self.const = constant_tensors(graph)
         self.received: dict[int, tuple[int, float]] = {}   # per copied symbol: (destination, forward bytes)
@@ -171,7 +173,12 @@ class _Replay:
                     if keeps:
                         self.kept.update(got)
                     if len(got) > 1 or (p.data is not None and p.data != p.box):
-                        got = [self.symbol(got, gives=(RUNS,) * len(got))]     # assembled: concat, add_n, pad
+                        # assembled (concat, add_n, pad) once per device and region: its readers share it
+                        key = (t, tuple(got), p.box, p.data)
+                        made = self.assembled.get(key)
+                        if made is None:
+                            made = self.assembled[key] = self.symbol(got, gives=(RUNS,) * len(got))
+                        got = [made]
                     reads += got
                     gives += [_gives(node.op, call, q)] * len(got)
                     if p.input == 0:
