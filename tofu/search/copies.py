@@ -96,7 +96,7 @@ class _Replay:
         self.const = constant_tensors(graph)
         self.received: dict[int, tuple[int, float]] = {}   # per copied symbol: (destination, forward bytes)
         self.kept: set[int] = set()                         # copied symbols an op keeps for the backward pass
-        self.live_symbols: set[int] = set()
+        self.kept_live: set[int] = set()                   # the kept copies a graph output depends on (run)
         self.layouts: dict[int, tuple[list, int]] = {}       # id of a pieces list -> (the list, its layout)
         self.layout_ids: dict[tuple, int] = {}
         self.cells: dict[tuple, tuple] = {}     # (layout, data, destination) -> its cells: (position, box's
@@ -213,10 +213,10 @@ class _Replay:
                 if b not in boxes:
                     boxes.add(b)
                     roots.append(s)
-        live = self.live_symbols = self.live(roots)
-        reached = self.reached(roots, live)
-        total = sum(self.nbytes[s] + (self.back[s] if reached[s] else 0.0) for s in live)
-        return total + sum(nbytes for group, nbytes in exchanges if any(s in live for s in group))
+        live, reached = self.walk_back(roots)
+        self.kept_live = {s for s in self.kept if live[s]}
+        total = sum(self.nbytes[s] + (self.back[s] if reached[s] else 0.0) for s, on in enumerate(live) if on)
+        return total + sum(nbytes for group, nbytes in exchanges if any(live[s] for s in group))
 
     def held_piece(self, cells: list[int]) -> int:
         """A holder's piece of an op's output, from the cells of its pieces (several: assembled; one made on the
@@ -225,37 +225,33 @@ class _Replay:
             return cells[0]
         return self.symbol(cells, gives=(RUNS if len(cells) > 1 else PASSES,) * len(cells))
 
-    def reached(self, roots: list[int], live: set[int]) -> list[bool]:
-        """Per symbol, whether a gradient reaches it, not only MXNet's zeros: the outputs' does; then, back
-        from the outputs, each live symbol gives its inputs one as ``gives`` says (symbols are numbered in a
-        topological order)."""
+    def walk_back(self, roots: list[int]) -> tuple[list[bool], list[bool]]:
+        """Per symbol, whether a graph output depends on it (MXNet runs it), and whether a gradient reaches it,
+        not only MXNet's zeros: the outputs' does; then, back from the outputs, each live symbol gives its inputs
+        one as ``gives`` says. Symbols are numbered in a topological order: one pass, highest first."""
+        live = [False] * len(self.nbytes)
         reached = [False] * len(self.nbytes)
         for s in roots:
-            reached[s] = True
-        for s in sorted(live, reverse=True):
+            live[s] = reached[s] = True
+        for s in range(len(live) - 1, -1, -1):
+            if not live[s]:
+                continue
+            side = 0 if reached[s] else 1
             for i, g in zip(self.inputs[s], self.gives[s]):
-                reached[i] = reached[i] or g[0 if reached[s] else 1]
-        return reached
+                live[i] = True
+                if g[side]:
+                    reached[i] = True
+        return live, reached
 
     def kept_per_device(self) -> tuple[float, ...]:
         """Per device, the forward bytes of the copies it receives and keeps for the backward pass (after
         :meth:`run`; each copy once)."""
         out = [0.0] * self.k
-        for s in self.kept & self.live_symbols:
+        for s in self.kept_live:
             hit = self.received.get(s)
             if hit is not None:
                 out[hit[0]] += hit[1]
         return tuple(out)
-
-    def live(self, roots: list[int]) -> set[int]:
-        """The symbols the graph outputs depend on (what MXNet runs)."""
-        live, stack = set(), list(roots)
-        while stack:
-            s = stack.pop()
-            if s not in live:
-                live.add(s)
-                stack.extend(self.inputs[s])
-        return live
 
     def gather(self, t: int, pieces, box: Box, dst: int, data: Box | None = None) -> list[int]:
         """The symbols that assemble ``data`` (default: ``box``) of tensor t on ``dst`` from the pieces: the
