@@ -130,7 +130,7 @@ class ConcatAttrs:
     dim: int = 1
 
 
-@tdl_op("Concat", inputs=("*data",), attrs=ConcatAttrs, cases=[
+@tdl_op("Concat", inputs=("*data",), attrs=ConcatAttrs, aliases=("_rnn_param_concat",), cases=[
     Case(shapes=((2, 3), (2, 4)), attrs={"num_args": 2}),
     Case(shapes=((2, 3), (1, 3), (3, 3)), attrs={"num_args": 3, "dim": 0}),
     Case(shapes=((2, 2, 3), (2, 2, 1)), attrs={"num_args": 2, "dim": -1}),

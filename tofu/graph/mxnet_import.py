@@ -17,6 +17,7 @@ import numpy as np
 from tofu.errors import GraphImportError, InputShapeError
 from tofu.graph.attrs import Attrs
 from tofu.graph.ir import Graph, Node, Role, Shape, TensorEntry
+from tofu.graph.lower_rnn import has_fused_rnn, lower_rnn
 from tofu.graph.single_op import first_line, infer_graph_shapes, num_visible_outputs
 
 LAYER_ATTR = "__tofu_layer__"
@@ -146,16 +147,14 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
                               f"{', '.join(a for a in args if not _looks_like_param(a)) or ', '.join(args)}")
     for k, shape in shapes.items():
         _check_extents(k, tuple(shape))
-    found = infer_graph_shapes(symbol, shapes, dtype)      # in a child process: MXNet may crash on bad attributes
+    found = _known_shapes(symbol, shapes, dtype)
     out_names, out_shapes, out_types = found.names, found.shapes, found.dtypes
-    if any(s is None or 0 in s for s in out_shapes):
-        missing = [n for n, s in zip(out_names, out_shapes) if not s or 0 in s]
-        hint = ""
-        if any(math.prod(v) > MAX_EXTENT for v in shapes.values()):   # a flattened extent wraps to 0
-            hint = " (an input has over 2^31-1 elements: MXNet 1.9.1 cannot index a flattened extent that large)"
-        raise InputShapeError(f"shapes given ({_fmt_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}{hint}")
-
     doc = json.loads(symbol.tojson())
+    if has_fused_rnn(doc):          # MXNet's CPU kernels of RNN are wrong without oneDNN: unrolled (lower_rnn.py)
+        symbol = mx.sym.load_json(json.dumps(lower_rnn(doc, _entry_shapes(doc, out_shapes))))
+        doc = json.loads(symbol.tojson())       # without what only the fused op read (Gluon's joined weights)
+        found = _known_shapes(symbol, shapes, dtype)
+        out_names, out_shapes, out_types = found.names, found.shapes, found.dtypes
     unique = _unique_names(doc, out_names, out_shapes, out_types)
     if unique is not None:          # names repeated: the plan, the rewrite and checkpoints key by name
         doc = unique
@@ -208,6 +207,22 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
                                    f"output?): rename one")
         seen.add(t.name)
     return Graph(name, tuple(nodes), tuple(tensors), heads)
+
+
+def _known_shapes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], dtype: str):
+    """MXNet's shapes and types of every internal entry (in a child process: MXNet may crash on bad attributes).
+
+    Raises:
+        InputShapeError: some entry's shape is left unknown.
+    """
+    found = infer_graph_shapes(symbol, shapes, dtype)
+    if any(s is None or 0 in s for s in found.shapes):
+        missing = [n for n, s in zip(found.names, found.shapes) if not s or 0 in s]
+        hint = ""
+        if any(math.prod(v) > MAX_EXTENT for v in shapes.values()):   # a flattened extent wraps to 0
+            hint = " (an input has over 2^31-1 elements: MXNet 1.9.1 cannot index a flattened extent that large)"
+        raise InputShapeError(f"shapes given ({_fmt_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}{hint}")
+    return found
 
 
 def _unique_names(doc: dict, names: Sequence[str], shapes, types) -> dict | None:
@@ -267,6 +282,15 @@ def _unique_names(doc: dict, names: Sequence[str], shapes, types) -> dict | None
     arg_nodes = [i for i, jn in enumerate(out) if jn["op"] == "null"]
     return {**{k: v for k, v in doc.items() if k != "node_row_ptr"}, "nodes": out, "arg_nodes": arg_nodes,
             "heads": heads}
+
+
+def _entry_shapes(doc: dict, shapes: Sequence[Shape]):
+    """(node, output) -> the shape of that entry of ``doc``, from the internals' shapes in node order."""
+    start, cursor, cache = [], 0, {}
+    for jn in doc["nodes"]:
+        start.append(cursor)
+        cursor += 1 if jn["op"] == "null" else _num_visible_outputs(jn, cache)
+    return lambda node, output: tuple(shapes[start[node] + output])
 
 
 def _num_visible_outputs(jn: dict, cache: dict) -> int:
