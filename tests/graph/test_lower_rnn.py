@@ -106,7 +106,15 @@ def _gluon_net(tmp_path, layer):
 
 LAYERS = {"gru": lambda rnn: rnn.GRU(8, num_layers=2, layout="NTC", bidirectional=True),
           "lstm": lambda rnn: rnn.LSTM(8, num_layers=1, layout="NTC"),
-          "rnn": lambda rnn: rnn.RNN(8, num_layers=2, layout="NTC", activation="relu")}
+          "rnn": lambda rnn: rnn.RNN(8, num_layers=2, layout="NTC", activation="relu"),
+          "lstm+gru": lambda rnn: _sequence(rnn.LSTM(8, layout="NTC"), rnn.GRU(8, layout="NTC"))}
+
+
+def _sequence(*layers):
+    from mxnet import gluon
+    block = gluon.nn.HybridSequential()
+    block.add(*layers)
+    return block
 
 
 @pytest.mark.parametrize("kind", sorted(LAYERS))
@@ -120,10 +128,10 @@ def test_gluon_layers_read_their_weights_and_tie_their_steps(tmp_path, kind):
     assert any(p.endswith("l0_i2h_weight") for p in readers), readers
     steps = [n for n in graph.nodes if n.op == "FullyConnected" and n.step is not None]
     assert {n.step for n in steps} == set(range(6))
-    assert len({n.layer for n in steps}) == {"gru": 4, "lstm": 1, "rnn": 2}[kind]
+    assert len({n.layer for n in steps}) == {"gru": 4, "lstm": 1, "rnn": 2, "lstm+gru": 2}[kind]
 
 
-@pytest.mark.parametrize("kind,workers", [("gru", 2), ("lstm", 4), ("rnn", 2)])
+@pytest.mark.parametrize("kind,workers", [("gru", 2), ("lstm", 4), ("rnn", 2), ("lstm+gru", 2)])
 def test_gluon_layers_train_partitioned_equal_to_one_device(tmp_path, capsys, kind, workers):
     from mxnet.gluon import rnn
     path = _gluon_net(tmp_path, LAYERS[kind](rnn))
@@ -153,3 +161,18 @@ def test_a_flat_parameter_vector_trains_partitioned(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert ": passed (rtol" in out, out
+
+
+def test_a_state_made_by_another_rnn_node():
+    """Two fused nodes, the second starting from the first's last states: both unrolled, as chained in numpy."""
+    data, p1, p2, h0 = (mx.sym.Variable(n) for n in ("data", "p1", "p2", "h0"))
+    first = mx.sym.RNN(data, p1, h0, state_size=4, num_layers=1, mode="gru", state_outputs=True, name="first")
+    second = mx.sym.RNN(first[0], p2, first[1], state_size=4, num_layers=1, mode="gru", name="second")
+    rng = np.random.default_rng(1)
+    values = {"data": rng.standard_normal((3, 2, 5)), "p1": rng.standard_normal(3 * 4 * (5 + 4 + 2)) * 0.4,
+              "p2": rng.standard_normal(3 * 4 * (4 + 4 + 2)) * 0.4, "h0": rng.standard_normal((1, 2, 4))}
+    lowered = _lowered(second, {k: v.shape for k, v in values.items()})
+    got = lowered.bind(mx.cpu(), {k: mx.nd.array(v) for k, v in values.items()}, grad_req="null").forward()[0]
+    out, hy, _ = forward("gru", 1, False, values["data"], values["p1"], values["h0"])
+    want = forward("gru", 1, False, out, values["p2"], hy)[0]
+    np.testing.assert_allclose(got.asnumpy(), want, rtol=1e-4, atol=1e-5)

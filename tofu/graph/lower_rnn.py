@@ -51,13 +51,13 @@ def lower_rnn(doc: dict, entry_shape: Callable[[int, int], Shape]) -> dict:
     where: dict[tuple[int, int], list[int]] = {}      # (old node, output) -> [new node, output]
     for j, jn in enumerate(nodes):
         if jn["op"] != "RNN":
-            where.update({(j, -1): [len(new), 0]})
+            where[(j, -1)] = [len(new), 0]
             new.append({**jn, "inputs": [_at(where, e) for e in jn["inputs"]]})
             continue
         a = _attrs(jn)
         data = entry_shape(*jn["inputs"][0][:2])
         for e in jn["inputs"][2:]:      # a state made by the graph (Gluon: zeros of batch 0, inferred from the RNN)
-            made = new[where[(e[0], -1)][0]]
+            made = new[where[(e[0], -1)][0]] if (e[0], -1) in where else {}
             if "shape" in made.get("attrs", {}) and made["inputs"] == []:
                 made["attrs"] = {**made["attrs"], "shape": str(entry_shape(e[0], e[1]))}
         inputs = [_at(where, e) for e in jn["inputs"]]
@@ -75,9 +75,9 @@ def lower_rnn(doc: dict, entry_shape: Callable[[int, int], Shape]) -> dict:
                 placed.append(inputs[int(sn["name"][2:])])
                 continue
             placed.append([len(new), 0])
-            new.append({**sn, "inputs": [[placed[a][0], placed[a][1] + b, 0] for a, b, *_ in sn["inputs"]]})
-        for k, (a, b, *_) in enumerate(sub["heads"]):
-            where[(j, k)] = [placed[a][0], placed[a][1] + b]
+            new.append({**sn, "inputs": [[placed[i][0], placed[i][1] + o, 0] for i, o, *_ in sn["inputs"]]})
+        for k, (i, o, *_) in enumerate(sub["heads"]):
+            where[(j, k)] = [placed[i][0], placed[i][1] + o]
     heads = [_at(where, e) for e in doc["heads"]]
     out = {key: value for key, value in doc.items() if key not in ("nodes", "heads", "arg_nodes", "node_row_ptr")}
     return {**out, "nodes": new, "arg_nodes": [i for i, n in enumerate(new) if n["op"] == "null"], "heads": heads}
