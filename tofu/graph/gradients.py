@@ -31,10 +31,10 @@ ZERO_GRADIENT_INPUTS = {"pick": frozenset({1}), "gather_nd": frozenset({1}), "br
 read for its shape."""
 
 RUNS_ON_ZEROS = frozenset({
-    "Concat", "concat", "add_n", "ElementWiseSum", "SliceChannel", "split", "Pad", "pad", "SwapAxis", "swapaxes",
-    "Crop", "FullyConnected", "Convolution", "Deconvolution", "batch_dot", "Activation", "LeakyReLU", "Dropout",
-    "Pooling", "UpSampling", "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm", "L2Normalization", "LRN",
-    "SequenceLast", "SequenceMask", "SequenceReverse", "gather_nd", "moments", "where"})
+    "Concat", "concat", "_rnn_param_concat", "add_n", "ElementWiseSum", "SliceChannel", "split", "Pad", "pad",
+    "SwapAxis", "swapaxes", "Crop", "FullyConnected", "Convolution", "Deconvolution", "batch_dot", "Activation",
+    "LeakyReLU", "Dropout", "Pooling", "UpSampling", "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm",
+    "L2Normalization", "LRN", "SequenceLast", "SequenceMask", "SequenceReverse", "gather_nd", "moments", "where"})
 """Ops whose backward MXNet runs when every gradient arriving at their outputs is its zero (their FGradient
 builds the backward node without checking: ``MakeGradNode``, a legacy op's): their inputs get a gradient (of
 zeros, but one MXNet keeps, sums and copies). Every other op's FGradient (``MakeNonlossGradNode``,
