@@ -111,11 +111,16 @@ def _shared_weight_graph():
 
 
 def test_a_weight_read_by_two_ops_is_kept_once():
-    """Data parallelism on 4 workers: every device reads the weight whole and holds a quarter of it, so it
-    receives and keeps 3/4 of its 4,096 bytes once, though two ops read it (the old figure counted 6,144)."""
+    """Data parallelism on 4 workers holds the weight whole on the first device (MXNet's kvstore): each other
+    device receives it whole and keeps its 4,096 bytes once, though two ops read it (the oracle's count); the
+    worst device is the first, with the weight, its gradient and its momentum, and nothing fetched."""
+    from tests.oracle import count
+
     graph = _shared_weight_graph()
     plan = plan_graph(graph, 4, "data-parallel")
-    assert dict(plan.per_device_bytes)["fetched"] == 32 * 32 * 4 * 3 // 4
+    assert count(graph, plan).kept_per_device == pytest.approx([0, 4096, 4096, 4096])
+    memory = dict(plan.per_device_bytes)
+    assert (memory["params"], memory["grads"], memory["optimizer"], memory["fetched"]) == (4096, 4096, 4096, 0)
 
 
 def test_the_worst_device_is_reported_not_the_average():

@@ -67,6 +67,11 @@ ALGORITHMS: dict[str, tuple[Callable, str]] = {
     "megatron": (_baseline("megatron"), "flat"),
     "megatron-vp": (_baseline("megatron_vp"), "flat"),
 }
+HOLD_PARAMETERS_WHOLE: frozenset[str] = frozenset({"data-parallel"})
+"""The algorithms offered each parameter held whole by the first worker (``cost.build_cut``'s ``whole_params``):
+data parallelism as MXNet's kvstore runs it, every device reading the weights from one place and sending its
+gradient there, where they are summed and updated (2 (k - 1) copies per parameter and iteration, where an
+all-gather and a reduce-scatter of sharded weights make 2 k (k - 1) of the same total bytes)."""
 GENERAL_ALGORITHMS: tuple[str, ...] = tuple(a for a in ALGORITHMS if not a.startswith("megatron"))
 """The algorithms that plan any graph (``megatron`` and ``megatron-vp`` plan the transformers of
 tofu.models.transformer only)."""
@@ -124,7 +129,8 @@ def _plan(graph: Graph, workers: int, algo: str, concurrent: bool = False) -> Pl
                     if cost is not None and cost >= total_cost(candidates[0]):
                         break           # it would lose (ties: the first); else it is searched here again
                 try:
-                    candidates.append(search(graph, order, solver, coarse))
+                    candidates.append(search(graph, order, solver, coarse,
+                                             whole_params=algo in HOLD_PARAMETERS_WHOLE))
                 except TofuError as e:
                     log.info("%s: cuts %s fail: %s", algo, order, e)
                     failures.append(e)
@@ -294,7 +300,7 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                        for s, cost, step_choices in zip(steps, costs, choices))
     if kept is None:        # a plan the runtime cannot run: the search's own count, spread over the devices
         kept = (sum(s.kept_bytes for s in steps) / workers,)
-    memory = per_device_memory(graph, final, fetched=max(kept, default=0.0),
+    memory = per_device_memory(graph, final, fetched=kept if len(kept) == workers else max(kept, default=0.0),
                                transient=_largest_buffer(graph, steps, final))
     return Plan(graph.name, workers, algo, plan_steps, float(sum(costs)), seconds,
                 tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))

@@ -38,13 +38,16 @@ def data_parallel(p: CutProblem) -> CutSolution:
 
     y_g = the batch strategy of g, i.e. one whose ``produces`` puts g's first output on dimension 0 (the
     best-case cheapest lb_g(s; {}) among several); for an op whose first output cannot be split on
-    dimension 0 at this k, argmin_s lb_g(s; {}). Then x = best_x(y), exact given y.
+    dimension 0 at this k, argmin_s lb_g(s; {}). Then x = best_x(y), exact given y, except that a tensor group
+    offered replication beside its dimensions (a parameter, when the problem holds parameters whole, as MXNet's
+    kvstore does: ``cost.build_cut``'s ``whole_params``) takes it.
     """
     y = []
     for g in p.ops:
         batch = [s for s in range(len(g.strategies)) if g.produces[s] and g.produces[s][0][1] == 0]
         y.append(_best_case(g, _tables(g), {}, batch or range(len(g.strategies))))
-    return _solution(p, _best_x(p, y), y)
+    x = [t.choices.index(None) if None in t.choices else c for t, c in zip(p.tensors, _best_x(p, y))]
+    return _solution(p, x, y)
 
 
 def allrow_greedy(p: CutProblem) -> CutSolution:

@@ -59,6 +59,7 @@ from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, Spli
 from tofu.analysis.strategies import signature_strategies as analysed_strategies
 from tofu.analysis.views import NodeView, kernel_call, next_view, runnable  # noqa: F401 (re-exported)
 from tofu.errors import SearchError, TofuError
+from tofu.graph.gradients import gives_gradient
 from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
 from tofu.graph.memory import rule_for
 from tofu.search.coarsen import Coarsening
@@ -118,7 +119,7 @@ class GroupView:
 
 def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
               views: Sequence[NodeView] | Sequence[GroupView], k: int, runnable_only: bool = True,
-              excluded: frozenset = frozenset()) -> tuple[CutProblem, CutIndex]:
+              excluded: frozenset = frozenset(), whole_params: bool = False) -> tuple[CutProblem, CutIndex]:
     """The one-cut problem of ``graph`` for ``k`` workers inside every worker group: tensors held at
     ``shapes`` (by every group, each its own box), ops seen as ``views`` (one group's, or every group's
     :class:`GroupView`). A cost is the sum over the groups: they make the same choices but, at a later
@@ -128,6 +129,11 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
     runnability is checked on the strategies a solution chooses, and the cut solved again without the ones
     that fail, which gives the optimum over runnable strategies at a fraction of the checks). A strategy
     some group cannot use is not offered.
+
+    ``whole_params``: every tensor group holding a trained parameter (one with a gradient; not a label read as
+    a parameter) may also be replicated (held whole by each group's first worker, the others reading it there
+    and sending their gradient parts back: MXNet's kvstore), the choice None offered after its dimensions (the
+    data-parallel baseline takes it).
 
     Raises:
         SearchError: some op cannot be split k ways at these shapes (no strategy applies).
@@ -140,7 +146,10 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
     for gid in range(coarse.n_tensor_groups):
         ids = members[gid]
         shape = tuple(shapes[ids[0]])
-        tgroups.append(TensorGroup(gid, graph.tensors[ids[0]].name, choices(shape, k),
+        dims = choices(shape, k)
+        if whole_params and None not in dims and any(_trained(graph, t) for t in ids):
+            dims += (None,)
+        tgroups.append(TensorGroup(gid, graph.tensors[ids[0]].name, dims,
                                    sum(_nbytes(graph, t, shapes) for t in ids),
                                    tuple(graph.tensors[t].name for t in ids), shape))
     group_nodes: dict[int, list[int]] = {}
@@ -221,6 +230,14 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
     problem = CutProblem(k, tuple(tgroups), tuple(ops))
     return problem, CutIndex(tuple(node_strategies), tuple(tuple(group_nodes[g]) for g in order),
                              tuple(tuple(row) for row in by_group), tuple(kept_tables))
+
+
+def _trained(graph: Graph, t: int) -> bool:
+    """Whether tensor t is a parameter that some op reading it gives a gradient: not a label read as one (a loss
+    op's inputs after its first get none)."""
+    return graph.tensors[t].role is Role.PARAM and any(
+        gives_gradient(graph.nodes[n].op, True, p) and not (p and graph.nodes[n].op in LOSS_OPS)
+        for n in graph.consumers(t) for p, i in enumerate(graph.nodes[n].inputs) if i == t)
 
 
 def _idle_groups(node: Node, groups: Sequence[GroupView]) -> set[int]:
@@ -443,7 +460,8 @@ def _role(tensor, read: bool = True, head: bool = False) -> int:
 
 
 def build_runnable_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
-                       views: Sequence[NodeView] | Sequence[GroupView], k: int) -> tuple[CutProblem, CutIndex]:
+                       views: Sequence[NodeView] | Sequence[GroupView], k: int,
+                       whole_params: bool = False) -> tuple[CutProblem, CutIndex]:
     """:func:`build_cut` with every strategy checked for runnability first (for the reference solvers)."""
     excluded = set()
     for group in _as_groups(graph, shapes, views):
@@ -455,7 +473,7 @@ def build_runnable_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape]
             for o in node_options(graph, node, view, k, runnable_only=False):
                 if not runnable(view.op, view.attrs, desc, o.strategy):
                     excluded.add(strategy_key(view, o.strategy))
-    return build_cut(graph, coarse, shapes, views, k, True, frozenset(excluded))
+    return build_cut(graph, coarse, shapes, views, k, True, frozenset(excluded), whole_params)
 
 
 def not_runnable(graph: Graph, node: Node, view: NodeView, k: int) -> frozenset:

@@ -174,16 +174,21 @@ def _integer(v) -> int:
 
 
 def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
-                      estimate: MemoryEstimate | None = None, fetched: float = 0.0,
+                      estimate: MemoryEstimate | None = None, fetched: float | Sequence[float] = 0.0,
                       transient: int = 0, workers: int | None = None) -> dict[str, int]:
     """The worst device's training memory under a plan: every category of the single-device estimate scaled by
     the fraction of its tensors' bytes that one device holds at the end of the recursion (every device holds
-    a box of the same size of a split tensor, and the first device every replicated one it reads: device 0
-    holds the most), plus ``fetched``: the remote regions the worst device receives for its ops' inputs and
-    keeps until the backward pass (all alive when the forward pass ends, where activations peak; each region
-    once, however many ops there read it: :func:`tofu.search.copies.copies_and_kept`), and ``transient``: the
-    largest partial sum or unconverted output piece the first device computes (one at a time). ``total`` is
-    the sum of these: the worst device's, or above it when no device is the worst in every category.
+    a box of the same size of a split tensor, and the first device every replicated one it reads), plus
+    ``fetched``: the remote regions a device receives for its ops' inputs and keeps until the backward pass
+    (all alive when the forward pass ends, where activations peak; each region once, however many ops there
+    read it: :func:`tofu.search.copies.copies_and_kept`), and ``transient``: the largest partial sum or
+    unconverted output piece the first device computes (one at a time). ``total`` is the sum of these.
+
+    With ``fetched`` per device, the categories are those of the worst device: the first, which holds every
+    replicated parameter (with its gradient and optimizer state: a parameter held whole, as the data-parallel
+    plan holds them, is read from there), or the one of the others that receives the most. With one number
+    (the most any device receives), the first device's categories plus it: above the worst device when that
+    is not the one that receives the most.
     ``workspace`` is the device's own temporary space: the largest request of any op at the shard shapes
     (its ops share one buffer; an im2col buffer of one image does not shrink when the batch is split).
 
@@ -196,20 +201,30 @@ def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
 
     estimate = estimate or estimate_training_memory(graph)
 
-    def fraction(roles: tuple[Role, ...]) -> float:
+    def fraction(roles: tuple[Role, ...], first: bool = True) -> float:
         full = sum(t.size for t in graph.tensors if t.role in roles)
-        held = sum(math.prod(final_shapes[t.id]) for t in graph.tensors if t.role in roles)
+        held = sum(math.prod(final_shapes[t.id]) for t in graph.tensors if t.role in roles
+                   and (first or math.prod(final_shapes[t.id]) < t.size))     # a replica: the first device's
         return held / full if full else 1.0
 
     if workers is None:
         workers = max((round(t.size / math.prod(final_shapes[t.id])) for t in graph.tensors
                        if math.prod(final_shapes[t.id])), default=1)
-    p, a = fraction((Role.PARAM,)), fraction((Role.ACTIVATION, Role.DATA, Role.LABEL))
+    a = fraction((Role.ACTIVATION, Role.DATA, Role.LABEL))
     workspace = largest_workspace(graph, final_shapes)
-    out = {"params": int(estimate.params * p), "grads": int(estimate.grads * p),
-           "optimizer": int(estimate.optimizer * p), "aux": int(estimate.aux * fraction((Role.AUX,))),
-           "activations": int(estimate.activations * a), "fetched": int(fetched), "transient": int(transient),
-           "workspace": workspace}
-    out["total"] = sum(out.values())
-    out["device0_temp"] = device0_temp_bytes(workers, workspace)
-    return out
+    per_device = isinstance(fetched, Sequence)
+    received = tuple(fetched) if per_device else (fetched,)
+    candidates = [(fraction((Role.PARAM,)), received[0] if received else 0.0)]
+    if per_device and workers > 1:
+        candidates.append((fraction((Role.PARAM,), first=False), max(received[1:], default=0.0)))
+    best = None
+    for p, got in candidates:
+        out = {"params": int(estimate.params * p), "grads": int(estimate.grads * p),
+               "optimizer": int(estimate.optimizer * p), "aux": int(estimate.aux * fraction((Role.AUX,))),
+               "activations": int(estimate.activations * a), "fetched": int(got), "transient": int(transient),
+               "workspace": workspace}
+        out["total"] = sum(out.values())
+        if best is None or out["total"] > best["total"]:
+            best = out
+    best["device0_temp"] = device0_temp_bytes(workers, workspace)
+    return best

@@ -20,7 +20,8 @@ from tofu.errors import SearchError
 class TensorGroup:
     """Tensors that share one partition (a tensor and its gradient; tied timesteps; element-wise chains).
 
-    ``choices`` are dimensions (None: replicated, only when no dimension divides by k); ``nbytes`` is the
+    ``choices`` are dimensions (None: replicated, when no dimension divides by k, and last for a parameter's
+    group when the problem offers parameters whole: ``cost.build_cut``'s ``whole_params``); ``nbytes`` is the
     group's total size, ``names`` its members."""
 
     id: int

@@ -78,9 +78,10 @@ class CutStep:
 
 
 def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, coarse: Coarsening | None = None,
-           runnable_only: bool = True, eager: bool = False) -> tuple[CutStep, ...]:
+           runnable_only: bool = True, eager: bool = False, whole_params: bool = False) -> tuple[CutStep, ...]:
     """Cuts ``graph`` successively ``factors[0]``, ``factors[1]``, ... ways, each cut solved by ``solver``
-    (once per cut with ``eager``: every strategy checked for runnability before solving)."""
+    (once per cut with ``eager``: every strategy checked for runnability before solving); ``whole_params``:
+    parameters may also be held whole by each group's first worker (:func:`~tofu.search.cost.build_cut`)."""
     coarse = coarse or coarsen(graph)
     shapes = [t.shape for t in graph.tensors]
     groups = [GroupView.whole(graph)]
@@ -92,11 +93,12 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
                                   f"{t.shape}: at cut {j + 1} ({f}-way) no dimension of {shapes[t.id]} "
                                   f"divides by {f}")
         if eager and runnable_only:
-            problem, index = build_runnable_cut(graph, coarse, shapes, groups, f)
+            problem, index = build_runnable_cut(graph, coarse, shapes, groups, f, whole_params)
             solution = solver(problem)
         else:
             problem, index, solution = _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only,
-                                                       factors[j + 1] if j + 1 < len(factors) else None)
+                                                       factors[j + 1] if j + 1 < len(factors) else None,
+                                                       whole_params)
         dims = tuple(problem.tensors[coarse.tensor_group[t.id]].choices[solution.x[coarse.tensor_group[t.id]]]
                      for t in graph.tensors)
         group_of = {nid: g for g, nodes in enumerate(index.group_nodes) for nid in nodes}
@@ -111,7 +113,7 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
     return tuple(steps)
 
 
-def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only, next_f=None):
+def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only, next_f=None, whole_params=False):
     """Solves one cut over the strategies MXNet can run. Checking runnability is costly (shape inference and
     a proof per worker), so only the chosen strategies are checked (on every group's view); failing ones are
     excluded and the cut solved again. The result is optimal over the runnable strategies: it is optimal
@@ -135,7 +137,7 @@ def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only, nex
                                         or (next_f and not _splits_again(view, s, next_f))):
                         excluded.add(strategy_key(view, s))
     while True:
-        problem, index = build_cut(graph, coarse, shapes, groups, f, runnable_only, frozenset(excluded))
+        problem, index = build_cut(graph, coarse, shapes, groups, f, runnable_only, frozenset(excluded), whole_params)
         solution = solver(problem)
         if not runnable_only:
             return problem, index, solution
