@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.common import RowWriter, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, rerun_source, write_sidecar  # noqa: E402
 from tofu.api import clear_caches, load_graph  # noqa: E402
 from tofu.errors import TofuError  # noqa: E402
 from tofu.models import PAPER_MODELS, SMALL_MODELS  # noqa: E402
@@ -90,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
                           f"{float(row.get('comm_bytes') or 0) / 1e9:10.3f} GB  ({time.perf_counter() - t0:.1f} s)",
                           flush=True)
     writer.close()
+    write_sidecar(out, vars(args), **rerun_source())        # again, with how to re-run it from this tree
     print(f"wrote {out}")
     return 0
 

@@ -84,7 +84,9 @@ def test_profiled_calls_are_what_the_executors_run(run, monkeypatch):
     ops = _executor_ops(tofu)
     for cls in (rro.OpClass.SLICE, rro.OpClass.CONCAT, rro.OpClass.ADD_N):
         expected = sum(n for op, n in ops.items() if op in rro.GLUE_OPS[cls])
-        assert got_tofu.get(cls.value, {"calls": 0})["calls"] == expected, cls
+        # the trace has been seen to lose one such event at the edge of the window too (7.5 of 8 slices per step
+        # over the quick run's 2 steps, on a loaded machine): at most one call of the window missing
+        assert expected - 1 / 2 <= got_tofu.get(cls.value, {"calls": 0})["calls"] <= expected, cls
     # copies: the executor's routes and _CrossDeviceCopy ops, and the outputs' copies to the host; the trace has been
     # seen to lose one or two events of the quick run's two steps, as for the updates above
     assert got_tofu["copies"]["calls"] >= ops["_CrossDeviceCopy"] + ops["_copy"] - 2 > 0
