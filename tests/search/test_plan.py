@@ -5,6 +5,7 @@ import mxnet as mx
 import pytest
 
 from tofu.cli import main
+from tofu.api import load_graph
 from tofu.errors import PlanError, SearchError
 from tofu.graph import import_symbol
 from tofu.models import ModelOptions, build_model
@@ -102,6 +103,23 @@ def test_plan_json_round_trip_and_checks(tmp_path):
     path.write_text(json.dumps({"version": 2, "model": "mlp"}))
     with pytest.raises(PlanError, match="malformed"):
         Plan.load(path)
+
+
+@pytest.mark.parametrize("algo", ["data-parallel", "tofu", "spartan"])
+def test_a_saved_plan_is_replayed_to_the_same_plan(tmp_path, algo):
+    """A plan file read back (``tofu run --plan``, ``tofu plan --load``) replays to the plan that was saved, the
+    data-parallel plan's parameters held whole on the first device included (mlp at batch 1 on 2 workers, the
+    case the fuzz test found refused: no op splits the batch there)."""
+    from tofu.api import load_plan
+
+    for batch in (1, 16):
+        g = load_graph("mlp", ModelOptions(batch=batch))
+        plan = plan_graph(g, 2, algo)
+        path = tmp_path / f"{algo}-{batch}.json"
+        plan.save(path)
+        again = load_plan(g, 2, path=str(path))
+        assert again.steps == plan.steps and again.comm_bytes == plan.comm_bytes
+        assert dict(again.per_device_bytes) == dict(plan.per_device_bytes)
 
 
 def test_factorize():

@@ -273,7 +273,8 @@ def replay(graph: Graph, plan: Plan) -> Plan:
     coarse = coarsen(graph)
     try:
         with _no_gc():
-            steps = search(graph, factors, fixed, coarse) if plan.workers > 1 else ()
+            # a trained parameter may be held whole by any plan (the runtime runs it; data-parallel's are)
+            steps = search(graph, factors, fixed, coarse, whole_params=True) if plan.workers > 1 else ()
     except SearchError as e:
         raise PlanError(f"the plan cannot be replayed: {e}") from None
     replayed = to_plan(graph, plan.workers, plan.algo, steps, plan.search_seconds or time.perf_counter() - start,
