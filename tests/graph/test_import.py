@@ -112,6 +112,17 @@ def test_missing_and_wrong_shapes():
         import_symbol(model.symbol, {"data": (2, 32), "softmax_label": (3, 7)})
 
 
+def test_a_shape_left_unknown_names_the_variable_to_give():
+    """A variable nothing infers (read through a squeeze, which infers no shape backwards) is named, and only
+    it and what depends on it: MXNet's full inference gives no shape at all then, its partial one the others."""
+    data, extra = mx.sym.Variable("data"), mx.sym.Variable("extra")
+    out = mx.sym.FullyConnected(data, num_hidden=4, name="fc") + mx.sym.squeeze(extra, axis=0)
+    with pytest.raises(InputShapeError, match=r"leave unknown: extra \(a variable: give its shape\)$"):
+        import_symbol(mx.sym.MakeLoss(mx.sym.sum(out)), {"data": (2, 3)})
+    graph = import_symbol(mx.sym.MakeLoss(mx.sym.sum(out)), {"data": (2, 3), "extra": (1, 2, 4)})
+    assert graph.tensor("extra").shape == (1, 2, 4)
+
+
 @pytest.mark.parametrize("text", ["data", "data=", "data=1,x", "data=0,3", "=1,2"])
 def test_parse_shape_rejects(text):
     with pytest.raises(InputShapeError):

@@ -163,6 +163,31 @@ def test_a_flat_parameter_vector_trains_partitioned(tmp_path, capsys):
     assert ": passed (rtol" in out, out
 
 
+@pytest.mark.parametrize("case", CASES[:4], ids=[f"{c[0]}-L{c[1]}{'-bi' if c[2] else ''}" for c in CASES[:4]])
+def test_states_given_by_variables_are_inferred_as_mxnet_infers_them(case):
+    """Initial states that are variables (not Gluon's zeros) keep the shapes MXNet infers from the fused op, which
+    the unrolled graph's row slices cannot infer backwards; they import with only the data's shape given (they
+    were left unknown, a refusal naming the data), and are parameters of that shape."""
+    symbol, names = _fused(case)
+    mode, L, bi, _, T, N, I, H = case
+    graph = import_symbol(mx.sym.MakeLoss(mx.sym.sum(symbol[0])), {"data": (T, N, I)})
+    for name in names[2:]:
+        assert graph.tensor(name).shape == (L * (2 if bi else 1), N, H)
+        assert graph.tensor(name).role.name == "PARAM"
+
+
+def test_states_left_to_inference_train_partitioned(tmp_path, capsys):
+    names = ("data", "rnn_parameters", "rnn_state", "rnn_state_cell")
+    out = mx.sym.RNN(*[mx.sym.Variable(n) for n in names], state_size=6, num_layers=1, mode="lstm",
+                     bidirectional=True, name="rnn")
+    mx.sym.FullyConnected(mx.sym.SequenceLast(out), num_hidden=3, name="fc").save(str(tmp_path / "states.json"))
+    rc = cli.main(["run", str(tmp_path / "states.json"), "--shape", "data=5,4,3", "--workers", "2", "--check",
+                   "--steps", "2"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert ": passed (rtol" in out, out
+
+
 def test_a_state_made_by_another_rnn_node():
     """Two fused nodes, the second starting from the first's last states: both unrolled, as chained in numpy."""
     data, p1, p2, h0 = (mx.sym.Variable(n) for n in ("data", "p1", "p2", "h0"))

@@ -60,6 +60,8 @@ def lower_rnn(doc: dict, entry_shape: Callable[[int, int], Shape]) -> dict:
             made = new[where[(e[0], -1)][0]] if (e[0], -1) in where else {}
             if "shape" in made.get("attrs", {}) and made["inputs"] == []:
                 made["attrs"] = {**made["attrs"], "shape": str(entry_shape(e[0], e[1]))}
+            else:       # its rows are sliced, which infers no shape backwards: the variables keep theirs
+                _pin_shapes(nodes, new, where, e[0], entry_shape)
         inputs = [_at(where, e) for e in jn["inputs"]]
         weights = _gluon_weights(nodes, jn["inputs"][1], entry_shape)
         if weights is not None and [entry_shape(*e[:2]) for e in weights] != _layout(a, data[2]):

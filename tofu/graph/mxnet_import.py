@@ -216,8 +216,12 @@ def _known_shapes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], dtype: str
         InputShapeError: some entry's shape is left unknown.
     """
     found = infer_graph_shapes(symbol, shapes, dtype)
-    if any(s is None or 0 in s for s in found.shapes):
+    if any(not s or 0 in s for s in found.shapes):      # () is unknown in MXNet 1.x, as None
         missing = [n for n, s in zip(found.names, found.shapes) if not s or 0 in s]
+        variables = set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
+        if any(n in variables for n in missing):    # what the user can give: the variables, first
+            missing = [f"{n} (a variable: give its shape)" for n in missing if n in variables] + \
+                      [n for n in missing if n not in variables]
         hint = ""
         if any(math.prod(v) > MAX_EXTENT for v in shapes.values()):   # a flattened extent wraps to 0
             hint = " (an input has over 2^31-1 elements: MXNet 1.9.1 cannot index a flattened extent that large)"

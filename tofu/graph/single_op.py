@@ -210,6 +210,8 @@ def _graph_shapes_here(text: str, shapes: dict, dtype: str) -> GraphShapes:
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")   # MXNet prints and warns about partial inference; the caller raises
         _, out_shapes, _ = internals.infer_shape(**shapes)
+        if out_shapes is None:      # not all inferred: which are, so that the caller names only the others
+            _, out_shapes, _ = internals.infer_shape_partial(**shapes)
         _, out_types, _ = internals.infer_type(**{k: dtype for k in shapes})
     names = tuple(internals.list_outputs())
     if out_types is None or any(t is None for t in out_types):
