@@ -1,5 +1,6 @@
 """TDL descriptions of the softmax family: softmax, softmin, log_softmax, SoftmaxOutput, SoftmaxActivation,
-softmax_cross_entropy.
+softmax_cross_entropy; and the other loss heads: LinearRegressionOutput, MAERegressionOutput,
+LogisticRegressionOutput.
 
 Every op is one helper, :func:`_softmax`: the row maximum and the row sum of exponentials are intermediate
 ``compute`` tensors (nested reductions over the softmax axes), and the output divides by (or, for the log
@@ -12,6 +13,8 @@ softmax_cross_entropy sums the log form over the batch: a batch split is a parti
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
@@ -270,3 +273,50 @@ def softmax_cross_entropy(data: TensorVar, label: TensorVar, attrs: NoAttrs) -> 
         raise TDLError(f"softmax_cross_entropy: data of rank {data.ndim}; MXNet takes (batch, classes)")
     log_probs = _softmax(data, [1], log_form=True)
     return lambda o: Sum(lambda b: -log_probs(b, label[b]))
+
+
+@dataclass(frozen=True)
+class RegressionAttrs:
+    grad_scale: float = 1.0     # the backward's (the forward does not read it)
+
+
+def _regression_output(op: str, fn: Callable, form: str) -> None:
+    """Registers ``op``, a regression loss head: out = ``form`` of data, element by element; MXNet's backward
+    gives d data = grad_scale / n (out - label) (the absolute form: its sign), with n the elements of one sample
+    (label.size / label.shape[0]). That count couples a sample's elements, so the description reads each sample
+    whole, through an opaque function of its row: only the batch is split, and every shard's n is the whole
+    op's. The label (data's shape, or (batch,) when a sample is one element) is read by the gradient only."""
+    rows = Opaque(op, fn)
+
+    def description(data: TensorVar, label: TensorVar, attrs: RegressionAttrs) -> Callable:
+        if tuple(label.shape) == tuple(data.shape):
+            def target(i):
+                return label[i]
+        elif label.ndim == 1 and label.shape[0] == data.shape[0] and math.prod(data.shape[1:]) == 1:
+            def target(i):
+                return label[i[0]]
+        else:
+            raise TDLError(f"{op}: label of shape {tuple(label.shape)} for data {tuple(data.shape)}; described: "
+                           f"data's shape, or (batch,) for one element per sample")
+        if data.ndim == 1:          # a sample is one element: nothing to couple
+            return lambda i: uses(rows(data[i])[()], target((i,)))
+        whole = (slice(None),) * (data.ndim - 1)
+        return lambda *i: uses(rows(data[(i[0], *whole)])[i[1:]], target(i))
+
+    description.__name__ = description.__qualname__ = op
+    description.__doc__ = (f"out[i] = {form}, each sample read whole (MXNet's backward divides by its element "
+                           f"count); the label (data's shape, or (batch,)) is read by the backward only.")
+    tdl_op(op, inputs=("data", "label"), attrs=RegressionAttrs, cases=[
+        Case(shapes=((4, 3), (4, 3))),
+        Case(shapes=((4, 1), (4,))),
+        Case(shapes=((2, 3, 2), (2, 3, 2)), attrs={"grad_scale": 2.0}),
+    ])(description)
+
+
+def _logistic(a):
+    return 1.0 / (1.0 + np.exp(-a))
+
+
+_regression_output("LinearRegressionOutput", lambda a: a, "data[i]")
+_regression_output("MAERegressionOutput", lambda a: a, "data[i]")
+_regression_output("LogisticRegressionOutput", _logistic, "sigmoid(data[i])")
