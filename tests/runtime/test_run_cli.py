@@ -84,6 +84,14 @@ def test_bad_plans_and_contexts_fail_in_one_line(capsys, tmp_path):
         assert not out_path.exists()
     rc, out, err = run(capsys, "run", "rnn-tiny", "--workers", "4", "--plan", str(plan))
     assert_one_line_error(rc, out, err, "is for model 'mlp'")
+    # `tofu plan --json` without --steps prints a summary, which is not a plan to run: said, with how to save one
+    summary = tmp_path / "summary.json"
+    rc, out, err = run(capsys, "plan", "mlp", "--workers", "4", "--json")
+    assert rc == 0
+    summary.write_text(out)
+    rc, out, err = run(capsys, "run", "mlp", "--workers", "4", "--plan", str(summary))
+    assert_one_line_error(rc, out, err, "no per-tensor splits")
+    assert "--out PLAN.json" in err
 
 
 def test_plan_load_refuses_options_that_do_not_apply(capsys, tmp_path):

@@ -95,6 +95,9 @@ class Plan:
         try:
             if doc.get("version") != PLAN_VERSION:
                 raise PlanError(f"plan version {doc.get('version')!r} is not {PLAN_VERSION}")
+            if any(isinstance(s, Mapping) and "tensor_dims" not in s and "ops" not in s for s in doc["steps"]):
+                raise PlanError("the plan has no per-tensor splits (`tofu plan --json` without --steps prints a "
+                                "summary): save plans with `tofu plan MODEL --workers K --out PLAN.json`")
             steps = tuple(PlanStep(_integer(s["factor"]), _integer(s["groups"]), float(s["cost_bytes"]),
                                    tuple((k, None if v is None else _integer(v)) for k, v in s["tensor_dims"].items()),
                                    tuple((k, OpChoice.from_json(v)) for k, v in s["ops"].items()))
