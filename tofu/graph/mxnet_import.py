@@ -155,6 +155,10 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
         doc = json.loads(symbol.tojson())       # without what only the fused op read (Gluon's joined weights)
         found = _known_shapes(symbol, shapes, dtype)
         out_names, out_shapes, out_types = found.names, found.shapes, found.dtypes
+    pinned = _pin_deferred_shapes(doc, _entry_shapes(doc, out_shapes))
+    if pinned is not None:          # Gluon's begin_state: zeros of batch 0, which MXNet infers from the readers
+        doc = pinned
+        symbol = mx.sym.load_json(json.dumps(doc))
     unique = _unique_names(doc, out_names, out_shapes, out_types)
     if unique is not None:          # names repeated: the plan, the rewrite and checkpoints key by name
         doc = unique
@@ -286,6 +290,27 @@ def _unique_names(doc: dict, names: Sequence[str], shapes, types) -> dict | None
     arg_nodes = [i for i, jn in enumerate(out) if jn["op"] == "null"]
     return {**{k: v for k, v in doc.items() if k != "node_row_ptr"}, "nodes": out, "arg_nodes": arg_nodes,
             "heads": heads}
+
+
+def _pin_deferred_shapes(doc: dict, entry_shape) -> dict | None:
+    """``doc`` with the ``shape`` attribute of every op without inputs that leaves an extent to inference (a 0,
+    as Gluon's ``begin_state`` leaves the batch) set to the shape MXNet inferred; None when there is none. A shard
+    of such an op is built with its own extents (tofu.analysis.shard), which a 0 would leave to a partitioned
+    graph's inference, where the readers that gave it are on other devices or cut."""
+    nodes, changed = [], False
+    for j, jn in enumerate(doc["nodes"]):
+        raw = jn.get("attrs", jn.get("attr")) or {}
+        if jn["op"] != "null" and not jn["inputs"] and "shape" in raw:
+            try:
+                deferred = 0 in Attrs.parse({"shape": raw["shape"]})["shape"]
+            except (ValueError, TypeError, KeyError):
+                deferred = False
+            if deferred:
+                key = "attrs" if "attrs" in jn else "attr"
+                jn = {**jn, key: {**raw, "shape": str(entry_shape(j, 0))}}
+                changed = True
+        nodes.append(jn)
+    return {**doc, "nodes": nodes} if changed else None
 
 
 def _entry_shapes(doc: dict, shapes: Sequence[Shape]):
