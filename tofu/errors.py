@@ -73,6 +73,15 @@ class RunFailure(TofuError):
     status = 1
 
 
+class BindError(RunFailure):
+    """MXNet refuses to bind a (partitioned) graph that tofu built: a defect of tofu's, not of the input;
+    ``reason``: MXNet's own line."""
+
+    def __init__(self, what: str, reason: str):
+        super().__init__(f"MXNet cannot bind {what}: {reason}")
+        self.reason = reason
+
+
 class DivergedError(RunFailure):
     """A training step's loss is not finite (NaN or infinite)."""
 

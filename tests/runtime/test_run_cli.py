@@ -162,3 +162,61 @@ def test_an_mxnet_failure_at_run_time_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr(tofu.runtime.run, "train", refuse)
     rc, out, err = run(capsys, "run", "mlp", "--workers", "2", "--json")
     assert_one_line_error(rc, out, err, "MXNet cannot run the partitioned graph", "boom")
+
+
+def _gluon_cells(path):
+    """Gluon recurrent cells unrolled by hand (not the fused op): their ``begin_state`` is ``_zeros`` of batch 0,
+    which MXNet infers from the cells that read it."""
+    from mxnet import gluon
+    from mxnet.gluon import nn, rnn
+
+    class Net(gluon.HybridBlock):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(20, 8)
+            self.cells = rnn.HybridSequentialRNNCell()
+            self.cells.add(rnn.LSTMCell(8))
+            self.cells.add(rnn.ResidualCell(rnn.GRUCell(8)))
+            self.out = nn.Dense(5)
+
+        def hybrid_forward(self, F, x):
+            out, _ = self.cells.unroll(5, self.emb(x), layout="NTC", merge_outputs=True)
+            return self.out(F.mean(out, axis=1))
+
+    net = Net()
+    net.initialize()
+    net.hybridize()
+    net(mx.nd.array(np.arange(20).reshape(4, 5)))
+    net.export(str(path))
+    return f"{path}-symbol.json"
+
+
+def test_zeros_of_an_inferred_batch_train_partitioned(capsys, tmp_path):
+    """Each device's begin_state is made with its own batch (the shape MXNet inferred, pinned at import): left at
+    0, the partitioned graph could not infer it, and MXNet refused to bind it."""
+    from tofu.api import load_graph
+
+    path = _gluon_cells(tmp_path / "cells")
+    graph = load_graph(path, shapes={"data": (4, 5)})
+    zeros = [n for n in graph.nodes if n.op == "_zeros"]
+    assert len(zeros) == 3 and all(n.attrs["shape"] == (4, 8) for n in zeros), [n.attrs for n in zeros]
+    for workers in (2, 4):
+        rc, out, err = run(capsys, "run", path, "--shape", "data=4,5", "--input", "data=int:0:19", "--workers",
+                           str(workers), "--steps", "2", "--check")
+        assert rc == 0, err
+        assert ": passed (rtol" in out, out
+
+
+def test_a_graph_mxnet_cannot_bind_is_one_line_with_status_1(capsys, tmp_path, monkeypatch):
+    """What MXNet refuses to bind (here the zeros above left at batch 0) is tofu's defect, not the input's:
+    a one-line error naming MXNet's reason, exit status 1, no traceback."""
+    import tofu.graph.mxnet_import
+
+    path = _gluon_cells(tmp_path / "cells")
+    monkeypatch.setattr(tofu.graph.mxnet_import, "_pin_deferred_shapes", lambda doc, shapes: None)
+    rc, out, err = run(capsys, "run", path, "--shape", "data=4,5", "--input", "data=int:0:19", "--workers", "2",
+                       "--steps", "1")
+    assert rc == 1, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tofu: error: MXNet cannot bind the graph on 2 context(s)"), err
+    assert "InferShape" in lines[0]

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tofu.errors import DivergedError
+from tofu.errors import BindError, DivergedError
 from tofu.graph.ir import Graph, Role
 from tofu.rewrite.apply_plan import PartitionedGraph
 from tofu.runtime import DEFAULT_RTOL, FLOAT64_SCALE, float64_rtol
@@ -241,11 +241,11 @@ class _Float64Rerun:
         self.steps.append(number)
         try:
             self._step(state, momentum)
-        except (mx.base.MXNetError, RuntimeError) as e:  # an op without float64: at the bind or at the first pass
-            cause = e if isinstance(e, mx.base.MXNetError) else e.__context__
-            if not isinstance(cause, mx.base.MXNetError):  # simple_bind raises RuntimeError from MXNet's error
-                raise
-            self.error = first_line(cause)
+        except BindError as e:                            # an op without float64, at the bind
+            self.error = e.reason
+            self._pair = None
+        except mx.base.MXNetError as e:                    # or at the first pass
+            self.error = first_line(e)
             self._pair = None
 
     def _step(self, state: Mapping[str, np.ndarray], momentum: Mapping[str, np.ndarray]) -> None:

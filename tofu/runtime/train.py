@@ -28,7 +28,9 @@ from dataclasses import dataclass
 import mxnet as mx
 import numpy as np
 
+from tofu.errors import BindError
 from tofu.graph.ir import Graph, Role
+from tofu.graph.single_op import first_line
 from tofu.rewrite.apply_plan import HeadPiece, PartitionedGraph, ShardVar, gather_values, shard_values
 
 _MXNET_LOG = re.compile(r"^\[\d\d:\d\d:\d\d\] \.\./(src|include)/")
@@ -135,9 +137,15 @@ class Trainer:
         types = {} if self.dtype == np.float32 else \
             {"type_dict": {n: self.dtype for n in pg.symbol.list_arguments()}}
         start = time.perf_counter()
-        with quiet():
-            self.executor = pg.symbol.simple_bind(ctx=self.contexts[0], group2ctx=group2ctx, grad_req=grad_req,
-                                                  **types, **pg.shapes())
+        try:
+            with quiet():
+                self.executor = pg.symbol.simple_bind(ctx=self.contexts[0], group2ctx=group2ctx, grad_req=grad_req,
+                                                      **types, **pg.shapes())
+        except (mx.base.MXNetError, RuntimeError) as e:     # simple_bind raises RuntimeError from MXNet's error
+            cause = e if isinstance(e, mx.base.MXNetError) else e.__context__
+            if not isinstance(cause, mx.base.MXNetError):
+                raise
+            raise BindError(f"the graph on {pg.workers} context(s) in {self.dtype.name}", first_line(cause)) from None
         self.bind_seconds = time.perf_counter() - start
         self.params = [v for v in pg.variables if v.role is Role.PARAM and v.name in self.executor.grad_dict]
         self.load(values)
