@@ -1,8 +1,8 @@
 """TDL descriptions of the linear-algebra and sorting family: _linalg_gemm2, _linalg_syrk,
-_linalg_sumlogdiag, khatri_rao, sort, argsort.
+_linalg_sumlogdiag, khatri_rao, sort, argsort, topk.
 
 The batched matrix products and the log-determinant helper are plain reductions. Sorting is not
-expressible as an index mapping, so sort and argsort apply an ``Opaque`` numpy function to a whole line
+expressible as an index mapping, so sort, argsort and topk apply an ``Opaque`` numpy function to a whole line
 of the sorted axis: that axis cannot be partitioned, every other (batch) axis can.
 (``_linalg_potrf`` is not described: it needs symmetric positive-definite inputs, which the conformance
 cases cannot generate, and MXNet fails on the random normal inputs they use.)
@@ -147,3 +147,39 @@ def sort(data: TensorVar, attrs: SortAttrs) -> Callable:
 def argsort(data: TensorVar, attrs: SortAttrs) -> Callable:
     """out[..., j, ...] = position along ``axis`` of the j-th smallest (is_ascend) or largest element."""
     return _along(data, attrs, Opaque("argsort", _argascending if attrs.is_ascend else _argdescending))
+
+
+@dataclass(frozen=True)
+class TopkAttrs:
+    axis: int | None = -1
+    k: int = 1
+    ret_typ: str = "indices"
+    is_ascend: bool = False
+    dtype: str = "float32"
+
+
+def _top(k: int, ascend: bool) -> Callable[[np.ndarray], np.ndarray]:
+    """Per line (the last axis): its k largest values (smallest: ``ascend``), in order."""
+    def fn(a: np.ndarray) -> np.ndarray:
+        order = np.argsort(a if ascend else -a, axis=-1, kind="stable")[..., :k]
+        return np.take_along_axis(a, order, axis=-1)
+    return fn
+
+
+@tdl_op("topk", inputs=("data",), attrs=TopkAttrs, cases=[
+    Case(shapes=((3, 5),), attrs={"k": 2, "ret_typ": "value"}),
+    Case(shapes=((2, 4, 3),), attrs={"axis": 1, "k": 3, "ret_typ": "value"}),
+    Case(shapes=((2, 3, 4),), attrs={"axis": 0, "k": 0, "ret_typ": "value", "is_ascend": True}),
+])
+def topk(data: TensorVar, attrs: TopkAttrs) -> Callable:
+    """out[..., j, ...] = the j-th largest (is_ascend: smallest) of data[..., :, ...] along ``axis``, ret_typ
+    'value' (k < 1: every element). The other ret_typ are not described: MXNet's gradient of 'indices' and
+    'mask' is zero and of 'value' is not, and the gradient rule (tofu.graph.gradients) is one per op."""
+    if attrs.ret_typ != "value":
+        raise TDLError(f"topk: ret_typ '{attrs.ret_typ}' is not described (only 'value': MXNet differentiates it, "
+                       f"and not the others)")
+    if attrs.axis is None:
+        raise TDLError("topk: axis None (the flattened tensor) is not described")
+    n = data.shape[attrs.axis % data.ndim]
+    k = attrs.k if 1 <= attrs.k <= n else n
+    return _along(data, SortAttrs(attrs.axis), Opaque("topk", _top(k, attrs.is_ascend)))

@@ -1,0 +1,37 @@
+"""topk beyond its registered Cases: a k-max layer trains partitioned equal to one device with the plan's bytes
+measured, and what the description leaves out is refused by name."""
+import json
+
+import mxnet as mx
+import pytest
+
+from tests.test_cli import run
+from tofu.errors import TDLError
+from tofu.graph.attrs import Attrs
+from tofu.tdl.describe import describe
+
+
+@pytest.mark.parametrize("attrs,says", [({"k": "2"}, "ret_typ 'indices'"),
+                                        ({"k": "2", "ret_typ": "mask"}, "ret_typ 'mask'"),
+                                        ({"k": "2", "ret_typ": "both"}, "ret_typ 'both'"),
+                                        ({"k": "2", "ret_typ": "value", "axis": "None"}, "axis None")])
+def test_what_is_not_described_is_refused_by_name(attrs, says):
+    with pytest.raises(TDLError, match=says):
+        describe("topk", Attrs.parse(attrs), ((4, 6),), ((4, 2),))
+
+
+def test_a_k_max_layer_trains_partitioned(capsys, tmp_path):
+    """The two largest of each row of features: the batch splits, the sorted axis stays whole; MXNet's own
+    gradient (scattered to the chosen positions) against one device's, and the copies measured against the plan."""
+    s = mx.sym
+    h = s.FullyConnected(s.var("data"), num_hidden=6, flatten=False, name="f")
+    top = s.topk(h, k=2, ret_typ="value", axis=-1)
+    s.SoftmaxOutput(s.FullyConnected(s.Flatten(top), num_hidden=4, name="o"), name="softmax").save(
+        str(tmp_path / "kmax.json"))
+    for workers in (2, 4):
+        rc, out, err = run(capsys, "run", str(tmp_path / "kmax.json"), "--shape", "data=8,6,10", "--workers",
+                           str(workers), "--steps", "2", "--check", "--json")
+        assert rc == 0, err
+        doc = json.loads(out)
+        assert doc["gradient_max_rel_diff"] < 1e-4 and doc["parameter_max_rel_diff"] < 1e-4, doc
+        assert doc["measured_comm_bytes"] == doc["predicted_comm_bytes"] > 0, doc
