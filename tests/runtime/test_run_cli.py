@@ -220,3 +220,21 @@ def test_a_graph_mxnet_cannot_bind_is_one_line_with_status_1(capsys, tmp_path, m
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("tofu: error: MXNet cannot bind the graph on 2 context(s)"), err
     assert "InferShape" in lines[0]
+
+
+def test_an_input_the_workers_do_not_divide_is_replicated_beside_one_they_do(capsys, tmp_path):
+    """Sequence lengths of a batch of 6 beside data of 8 steps: at 4 workers the lengths cannot split (6 -> 3), the
+    data can (along its steps); the lengths are fed whole to every device, and the run equals one device. (It
+    was refused: every input had to split.) When no input splits, the plan is still refused."""
+    s = mx.sym
+    h = s.SequenceMask(s.FullyConnected(s.var("data"), num_hidden=5, flatten=False, name="f"), s.var("len"),
+                       use_sequence_length=True)
+    path = tmp_path / "masked.json"
+    s.SoftmaxOutput(s.FullyConnected(s.Flatten(h), num_hidden=4, name="o"), name="softmax").save(str(path))
+    shapes = ["--shape", "data=8,6,10", "--shape", "len=6", "--input", "len=int:1:8"]
+    rc, out, err = run(capsys, "run", str(path), *shapes, "--workers", "4", "--steps", "2", "--check", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["gradient_max_rel_diff"] < 1e-4 and doc["measured_comm_bytes"] == doc["predicted_comm_bytes"], doc
+    rc, out, err = run(capsys, "plan", str(path), *shapes[:4], "--workers", "7")
+    assert_one_line_error(rc, out, err, "too many for input 'data'")

@@ -87,11 +87,12 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
     groups = [GroupView.whole(graph)]
     steps = []
     for j, f in enumerate(factors):
-        for t in graph.by_role(Role.DATA):       # the model's input must split, or the cut is meaningless
-            if choices(shapes[t.id], f) == (None,):
-                raise SearchError(f"{math.prod(factors)} workers are too many for input '{t.name}' of shape "
-                                  f"{t.shape}: at cut {j + 1} ({f}-way) no dimension of {shapes[t.id]} "
-                                  f"divides by {f}")
+        inputs = graph.by_role(Role.DATA)       # some input must split, or the cut is meaningless; the others
+        if inputs and all(choices(shapes[t.id], f) == (None,) for t in inputs):     # (lengths) may be replicated
+            t = max(inputs, key=lambda t: t.size)
+            raise SearchError(f"{math.prod(factors)} workers are too many for input '{t.name}' of shape "
+                              f"{t.shape}: at cut {j + 1} ({f}-way) no dimension of {shapes[t.id]} "
+                              f"divides by {f}")
         if eager and runnable_only:
             problem, index = build_runnable_cut(graph, coarse, shapes, groups, f, whole_params)
             solution = solver(problem)
