@@ -238,3 +238,28 @@ def test_an_input_the_workers_do_not_divide_is_replicated_beside_one_they_do(cap
     assert doc["gradient_max_rel_diff"] < 1e-4 and doc["measured_comm_bytes"] == doc["predicted_comm_bytes"], doc
     rc, out, err = run(capsys, "plan", str(path), *shapes[:4], "--workers", "7")
     assert_one_line_error(rc, out, err, "too many for input 'data'")
+
+
+@pytest.mark.parametrize("make,trains", [(lambda h: mx.sym.khatri_rao(h, h), False),
+                                         (lambda h: mx.sym.sort(h), False),
+                                         (lambda h: mx.sym.sort(h, axis=-1), True),
+                                         (lambda h: mx.sym.argmax_channel(h), False)])
+def test_a_model_mxnet_cannot_differentiate_is_refused_by_the_op(capsys, tmp_path, make, trains):
+    """An op MXNet has no gradient for, on a parameter's gradient path: refused before any work, naming it (MXNet's
+    own bind of the one-device graph fails alike, checked here); sort given its axis differentiates and trains."""
+    s = mx.sym
+    h = s.FullyConnected(s.var("data"), num_hidden=4, name="f")
+    loss = s.MakeLoss(s.sum(make(h)))
+    path = tmp_path / "net.json"
+    loss.save(str(path))
+    try:
+        loss.simple_bind(mx.cpu(), data=(4, 5)).backward
+        mxnet_trains = True
+    except (mx.base.MXNetError, RuntimeError):
+        mxnet_trains = False
+    assert mxnet_trains == trains
+    rc, out, err = run(capsys, "run", str(path), "--shape", "data=4,5", "--workers", "2", "--steps", "1")
+    if trains:
+        assert rc == 0, err
+    else:
+        assert_one_line_error(rc, out, err, "cannot be trained", "MXNet cannot differentiate")

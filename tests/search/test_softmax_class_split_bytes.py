@@ -26,6 +26,7 @@ from tests.oracle import _running, count, plan_tables
 from tofu import registry
 from tofu.api import partitioned
 from tofu.graph import import_symbol
+from tofu.graph import gradients
 from tofu.graph.gradients import expansion_gradients, gives_gradient
 from tofu.graph.single_op import op_symbol
 from tofu.runtime.train import Trainer, measure_copies
@@ -63,10 +64,9 @@ def _mxnet_gives(outs, shapes: dict, args: list[str]) -> tuple[list[bool], list[
 
 READS_NOTHING = ("_arange", "_ones", "_zeros")
 """Ops without inputs: no gradient to give."""
-NOT_DIFFERENTIABLE = ("_grad_add", "adam_update", "argmax_channel", "khatri_rao", "sgd_mom_update", "sgd_update",
-                      "sort")
-"""Ops MXNet 1.9.1 cannot differentiate on their first case (no FGradient; ``sort``'s backward is built with
-``axis=""`` and refused): no gradient path MXNet runs can go through them."""
+NOT_DIFFERENTIABLE = tuple(sorted(gradients.NOT_DIFFERENTIABLE))
+"""Ops MXNet 1.9.1 cannot differentiate on their first case: no gradient path MXNet runs can go through them (the
+planner refuses a graph that needs one, tofu.graph.gradients.undifferentiable; held to MXNet below)."""
 
 
 def _first_case(op):

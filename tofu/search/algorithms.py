@@ -27,6 +27,7 @@ import numpy as np
 from tofu.analysis.compose import OpChoice
 from tofu.analysis.strategies import PartialSum
 from tofu.errors import SearchError, TofuError
+from tofu.graph.gradients import undifferentiable
 from tofu.graph.ir import Graph
 from tofu.search.coarsen import coarsen
 from tofu.search.copies import copies_and_kept
@@ -105,6 +106,12 @@ def plan_graph(graph: Graph, workers: int, algo: str = "tofu", concurrent: bool 
     """
     if algo not in ALGORITHMS:
         raise SearchError(f"unknown algorithm '{algo}'; choose one of {', '.join(ALGORITHMS)}")
+    blocked = undifferentiable(graph)
+    if blocked:
+        node = graph.nodes[[n.name for n in graph.nodes].index(blocked[0])]
+        raise SearchError(f"the model cannot be trained: MXNet cannot differentiate {node.op} ('{node.name}'"
+                          f"{f' and {len(blocked) - 1} more' if len(blocked) > 1 else ''}), which the gradient of "
+                          f"a parameter must pass through")
     with _no_gc():
         return _plan(graph, workers, algo, concurrent)
 
