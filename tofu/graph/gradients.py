@@ -51,11 +51,11 @@ backward is built with ``axis=""`` and refused): MXNet cannot bind a training gr
 through one (tests/search/test_softmax_class_split_bytes.py holds the set to MXNet's gradient pass)."""
 
 
-def undifferentiable(graph) -> tuple[str, ...]:
+def undifferentiable(graph) -> tuple:
     """The nodes of :data:`NOT_DIFFERENTIABLE` ops that some input's gradient must pass through (an input reads a
     tensor with one): the graph cannot be trained. (``sort`` given its axis differentiates.)"""
     grads = graph.with_gradient
-    return tuple(n.name for n in graph.nodes if n.op in NOT_DIFFERENTIABLE and any(t in grads for t in n.inputs)
+    return tuple(n for n in graph.nodes if n.op in NOT_DIFFERENTIABLE and any(t in grads for t in n.inputs)
                  and not (n.op == "sort" and "axis" in n.attrs))
 
 

@@ -108,7 +108,7 @@ def plan_graph(graph: Graph, workers: int, algo: str = "tofu", concurrent: bool 
         raise SearchError(f"unknown algorithm '{algo}'; choose one of {', '.join(ALGORITHMS)}")
     blocked = undifferentiable(graph)
     if blocked:
-        node = graph.nodes[[n.name for n in graph.nodes].index(blocked[0])]
+        node = blocked[0]
         raise SearchError(f"the model cannot be trained: MXNet cannot differentiate {node.op} ('{node.name}'"
                           f"{f' and {len(blocked) - 1} more' if len(blocked) > 1 else ''}), which the gradient of "
                           f"a parameter must pass through")
