@@ -42,7 +42,8 @@ or converting one costs 0 bytes, whatever the split.
 Strategies that cannot be run (by MXNet's kernel on the shards, or by the op's declared expansion when the
 strategy exchanges statistics or is a reduction split it declares it runs, ``partials``) are excluded: the search finds them by checking what it chooses
 (``recursive._solve_runnable``) and passes them as ``excluded``; when every strategy of an op is excluded,
-each output split is computed whole on every worker (and stays whole at later cuts).
+each output split is computed whole on every worker (and stays whole at later cuts); an op with no output split
+at all (no output dimension divides by k) is computed whole on every worker, each keeping the whole outputs.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ from functools import lru_cache
 import numpy as np
 
 from tofu import registry
-from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, SplitDim
+from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, Replicate, SplitDim
 from tofu.analysis.strategies import signature_strategies as analysed_strategies
 from tofu.analysis.views import NodeView, kernel_call, next_view, runnable  # noqa: F401 (re-exported)
 from tofu.errors import SearchError, TofuError
@@ -501,7 +502,7 @@ def _strategies(op, attrs, ins, outs, k):
     """An op signature's strategies for k workers, and its output splits computed whole (shared by every
     group and held box the signature is costed against)."""
     found = analysed_strategies(op, attrs, ins, outs, k)
-    return found, tuple(_computed_whole(s) for s in found if s.kind == "output")
+    return found, tuple(_computed_whole(s) for s in found if s.kind == "output") or (_replicated(op, ins, outs, k),)
 
 
 def signature_strategies(op, attrs, ins, outs, k) -> tuple[PartitionStrategy, ...]:
@@ -637,6 +638,19 @@ def _size(box) -> int:
 def _overlap(bounds, box) -> int:
     """Elements of the inclusive ``bounds`` inside the half-open ``box``."""
     return math.prod(max(0, min(b, hi - 1) - max(a, lo) + 1) for (a, b), (lo, hi) in zip(bounds, box))
+
+
+def _replicated(op: str, ins: tuple[Shape, ...], outs: tuple[Shape, ...], k: int) -> PartitionStrategy:
+    """The op computed whole on every worker, each keeping the whole outputs (``replicate*``): the fallback of an
+    op with no output split to compute whole (no output dimension divides by k, as a learned scalar's reshape),
+    run by MXNet's kernel unchanged on whole inputs."""
+    def whole(shape):
+        return Region(tuple((0, n - 1) for n in shape), tuple((0, 0) for _ in shape))
+
+    return PartitionStrategy(op, "replicate*", "output", k, tuple(Replicate() for _ in outs),
+                             tuple(tuple(whole(s) for s in ins) for _ in range(k)),
+                             tuple(tuple(whole(s) for s in outs) for _ in range(k)), (None,) * len(ins), (),
+                             tuple(ins), 1)
 
 
 def _computed_whole(s: PartitionStrategy) -> PartitionStrategy:
