@@ -4,8 +4,9 @@ Embedding, take, pick and gather_nd read a tensor at an index that is itself rea
 data-dependent access, ``weight[data[b, t], e]``): the looked-up dimension cannot be narrowed by partitioning
 the output, every other dimension stays affine. An index read on its own as a subscript is an index into that
 dimension (its valid values, [0, n - 1], are derived from the access). MXNet truncates a fractional index
-toward zero; out-of-range indices are clipped, as MXNet's default mode does, except by gather_nd, which counts
-a negative index from the end (written in its description) and raises past either end.
+toward zero; out-of-range indices are clipped, as MXNet's default mode does, except by gather_nd, whose forward
+counts a negative index from the end (written in its description) and raises past either end; its backward does
+not count from the end, so a trained graph's gather_nd indices are valid in [0, n - 1] only.
 one_hot compares each index with the class index, so it needs no data-dependent access; it declares the
 indices' valid values with ``valid=`` (an index outside them gives a row of off values).
 """
@@ -143,10 +144,12 @@ def gather_nd(data: TensorVar, indices: TensorVar, attrs: NoAttrs) -> Callable:
     ny = indices.ndim - 1
 
     def wrapped(d: int, ys: tuple) -> ValueExpr:
-        """indices[d, ys..] as an index into dimension d of data: valid in [-n, n - 1], negatives count from
-        the end (MXNet raises outside)."""
+        """indices[d, ys..] as an index into dimension d of data: MXNet's forward counts negatives from the end
+        (and raises outside [-n, n - 1]), but its backward (``_backward_gather_nd``, a scatter-add into the
+        data's gradient) does not and writes outside the gradient (MXNet 1.9.1 on CPU, measured: ``double free or
+        corruption`` after the backward of index -1), so a trained graph's indices are valid in [0, n - 1]."""
         n = data.shape[d]
-        i = indices.at((d, *ys), valid=(-n, n - 1))
+        i = indices.at((d, *ys), valid=(0, n - 1))
         return where(lt(i, 0.0), i + n, i)
 
     def out(*o: Var) -> ValueExpr:
