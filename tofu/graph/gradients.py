@@ -94,18 +94,7 @@ def expansion_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...], ori
 @lru_cache(maxsize=16384)
 def _expansion_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...], origins: tuple[tuple[int, ...], ...],
                          arrives: bool) -> tuple[bool, ...]:
-    import mxnet as mx
-
-    from tofu import registry
-    from tofu.tdl.describe import typed_attrs
-
-    expand = registry.expansion(op)
-    typed = typed_attrs(registry.lookup(op).attrs_type, attrs, op)
-    names = [f"_tofu_input{i}" for i in range(len(shapes))]
-    with mx.name.NameManager():      # its own names: the rewriter's later symbols are named as without it
-        outs = expand([[mx.sym.var(n) for n in names]], [list(shapes)], typed,
-                      lambda parts, reducer="sum": [mx.sym.add_n(*parts)], [list(origins)])
-        doc = json.loads(mx.sym.Group([o for out in outs for o in out]).tojson())
+    names, doc = _expansion_graph(op, attrs, shapes, origins)
     nodes = doc["nodes"]
     got: list[bool | None] = [None] * len(nodes)        # per node: a gradient, only zeros, nothing
     for h in doc["heads"]:
@@ -117,3 +106,21 @@ def _expansion_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...], or
             got[j] = True if gives_gradient(nodes[i]["op"], got[i], p) or got[j] else False
     found = {n["name"]: got[j] for j, n in enumerate(nodes) if n["op"] == "null"}
     return tuple(found.get(n) is True for n in names)
+
+
+@lru_cache(maxsize=8192)
+def _expansion_graph(op: str, attrs, shapes: tuple[tuple[int, ...], ...], origins: tuple[tuple[int, ...], ...]):
+    """The input names and the JSON of ``op``'s expansion on one worker's pieces (built once for both values of
+    ``arrives``)."""
+    import mxnet as mx
+
+    from tofu import registry
+    from tofu.tdl.describe import typed_attrs
+
+    expand = registry.expansion(op)
+    typed = typed_attrs(registry.lookup(op).attrs_type, attrs, op)
+    names = [f"_tofu_input{i}" for i in range(len(shapes))]
+    with mx.name.NameManager():      # its own names: the rewriter's later symbols are named as without it
+        outs = expand([[mx.sym.var(n) for n in names]], [list(shapes)], typed,
+                      lambda parts, reducer="sum": [mx.sym.add_n(*parts)], [list(origins)])
+        return names, json.loads(mx.sym.Group([o for out in outs for o in out]).tojson())

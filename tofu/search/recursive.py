@@ -119,10 +119,11 @@ def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only, nex
     a proof per worker), so only the chosen strategies are checked (on every group's view); failing ones are
     excluded and the cut solved again. The result is optimal over the runnable strategies: it is optimal
     over a superset and uses runnable strategies only. Statistics exchanges, which are cheap and so often
-    chosen but need an expansion that runs the op's attributes, are checked up front: that costs a lookup;
-    so is, when a ``next_f``-way cut follows, whether an exchange leaves pieces that cut can split at all (a
-    loss on 10 classes split in 5s has no strategy at a second 2-way cut of batch 1, not even computed whole:
-    the op is computed whole at this cut instead)."""
+    chosen but need an expansion that runs the op's attributes, are checked up front: that costs a lookup.
+    When a ``next_f``-way cut follows, a chosen exchange must also leave pieces that cut can split at all (a
+    loss on 10 classes split in 5s has no strategy at a second 2-way cut of batch 1: the op is computed whole
+    at this cut instead); that needs the pieces' analysis, so it is checked, as runnability, on the chosen ones
+    only."""
     excluded: set = set()
     if runnable_only:
         seen = set()
@@ -134,8 +135,7 @@ def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only, nex
                     continue
                 seen.add(sig)
                 for s in signature_strategies(*sig, f):
-                    if s.exchanges and (not runnable(view.op, view.attrs, _describe(view), s)
-                                        or (next_f and not _splits_again(view, s, next_f))):
+                    if s.exchanges and not runnable(view.op, view.attrs, _describe(view), s):
                         excluded.add(strategy_key(view, s))
     while True:
         problem, index = build_cut(graph, coarse, shapes, groups, f, runnable_only, frozenset(excluded), whole_params)
@@ -155,6 +155,9 @@ def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only, nex
                     # one of this op's strategies fails: check its others now rather than one re-solve each
                     failing |= {strategy_key(view, o) for o in by_node[nodes[0]]
                                 if not runnable(view.op, view.attrs, _describe(view), o)}
+                elif next_f and s.exchanges and not _splits_again(view, s, next_f):
+                    failing |= {strategy_key(view, o) for o in by_node[nodes[0]]
+                                if o.exchanges and not _splits_again(view, o, next_f)}
         if not failing:
             return problem, index, solution
         log.info("cut %d-way: %d chosen strategies cannot run (%s); solving again without them", f, len(failing),
