@@ -150,15 +150,15 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
     found = _known_shapes(symbol, shapes, dtype)
     out_names, out_shapes, out_types = found.names, found.shapes, found.dtypes
     doc = json.loads(symbol.tojson())
+    pinned = _pin_deferred_shapes(doc, _entry_shapes(doc, out_shapes))
+    if pinned is not None:          # Gluon's begin_state: zeros of batch 0, which MXNet infers from the readers
+        doc = pinned
+        symbol = mx.sym.load_json(json.dumps(doc))
     if has_fused_rnn(doc):          # MXNet's CPU kernels of RNN are wrong without oneDNN: unrolled (lower_rnn.py)
         symbol = mx.sym.load_json(json.dumps(lower_rnn(doc, _entry_shapes(doc, out_shapes))))
         doc = json.loads(symbol.tojson())       # without what only the fused op read (Gluon's joined weights)
         found = _known_shapes(symbol, shapes, dtype)
         out_names, out_shapes, out_types = found.names, found.shapes, found.dtypes
-    pinned = _pin_deferred_shapes(doc, _entry_shapes(doc, out_shapes))
-    if pinned is not None:          # Gluon's begin_state: zeros of batch 0, which MXNet infers from the readers
-        doc = pinned
-        symbol = mx.sym.load_json(json.dumps(doc))
     unique = _unique_names(doc, out_names, out_shapes, out_types)
     if unique is not None:          # names repeated: the plan, the rewrite and checkpoints key by name
         doc = unique
