@@ -223,9 +223,9 @@ def _known_shapes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], dtype: str
     if any(not s or 0 in s for s in found.shapes):      # () is unknown in MXNet 1.x, as None
         missing = [n for n, s in zip(found.names, found.shapes) if not s or 0 in s]
         variables = set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
-        if any(n in variables for n in missing):    # what the user can give: the variables, first
-            missing = [f"{n} (a variable: give its shape)" for n in missing if n in variables] + \
-                      [n for n in missing if n not in variables]
+        if any(n in variables for n in missing):    # what the user can give: the variables, first, the inputs
+            given = sorted((n for n in missing if n in variables), key=_looks_like_param)  # before the weights
+            missing = [f"{n} (a variable: give its shape)" for n in given] + [n for n in missing if n not in variables]
         hint = ""
         if any(math.prod(v) > MAX_EXTENT for v in shapes.values()):   # a flattened extent wraps to 0
             hint = " (an input has over 2^31-1 elements: MXNet 1.9.1 cannot index a flattened extent that large)"

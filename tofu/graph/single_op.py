@@ -214,10 +214,12 @@ def _graph_shapes_here(text: str, shapes: dict, dtype: str) -> GraphShapes:
             _, out_shapes, _ = internals.infer_shape_partial(**shapes)
         _, out_types, _ = internals.infer_type(**{k: dtype for k in shapes})
     names = tuple(internals.list_outputs())
+    found = tuple(tuple(s) if s is not None else None for s in out_shapes or [None] * len(names))
     if out_types is None or any(t is None for t in out_types):
-        raise InputShapeError(f"MXNet cannot infer every element type from inputs of type {dtype}")
-    return GraphShapes(names, tuple(tuple(s) if s is not None else None for s in out_shapes or [None] * len(names)),
-                       tuple(np.dtype(t).name for t in out_types))
+        if all(s and 0 not in s for s in found):    # else the unknown shapes are named by the caller: an input
+            raise InputShapeError(f"MXNet cannot infer every element type from inputs of type {dtype}")  # given
+        out_types = out_types or [None] * len(names)                                 # no shape has no type
+    return GraphShapes(names, found, tuple(np.dtype(t).name if t is not None else None for t in out_types))
 
 
 _HANDLERS = {"op": _op_shapes_here, "graph": _graph_shapes_here}
