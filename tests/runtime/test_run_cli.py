@@ -263,3 +263,10 @@ def test_a_model_mxnet_cannot_differentiate_is_refused_by_the_op(capsys, tmp_pat
         assert rc == 0, err
     else:
         assert_one_line_error(rc, out, err, "cannot be trained", "MXNet cannot differentiate")
+
+
+def test_no_step_is_said_so_not_timed_as_nan(capsys):
+    """``--steps 0`` binds and measures the copies but times no step: said in words (it printed 'nan ms')."""
+    rc, out, err = run(capsys, "run", "mlp", "--workers", "2", "--steps", "0")
+    assert rc == 0, err
+    assert "no step run (--steps 0)" in out and "nan" not in out, out

@@ -127,8 +127,8 @@ def run(args) -> int:
           f"(forward {gb(report.measured_forward_bytes)}, backward {gb(report.measured_backward_bytes)}); "
           f"the plan predicted {gb(report.predicted_comm_bytes)}")
     mem = report.predicted_per_device_bytes
-    print(f"per-device memory (plan's model): {gb(mem.get('total', 0))}; median step "
-          f"{report.median_step_seconds * 1e3:.1f} ms, bind {report.bind_seconds:.2f} s")
+    step = f"median step {report.median_step_seconds * 1e3:.1f} ms" if args.steps else "no step run (--steps 0)"
+    print(f"per-device memory (plan's model): {gb(mem.get('total', 0))}; {step}, bind {report.bind_seconds:.2f} s")
     if report.per_device_peak_bytes:
         from tofu.runtime.memory import estimated_device_peaks
 
