@@ -644,20 +644,20 @@ def _replicated(op: str, ins: tuple[Shape, ...], outs: tuple[Shape, ...], k: int
     """The op computed whole on every worker, each keeping the whole outputs (``replicate*``): the fallback of an
     op with no output split to compute whole (no output dimension divides by k, as a learned scalar's reshape),
     run by MXNet's kernel unchanged on whole inputs."""
-    def whole(shape):
-        return Region(tuple((0, n - 1) for n in shape), tuple((0, 0) for _ in shape))
-
     return PartitionStrategy(op, "replicate*", "output", k, tuple(Replicate() for _ in outs),
-                             tuple(tuple(whole(s) for s in ins) for _ in range(k)),
-                             tuple(tuple(whole(s) for s in outs) for _ in range(k)), (None,) * len(ins), (),
+                             tuple(tuple(_whole_region(s) for s in ins) for _ in range(k)),
+                             tuple(tuple(_whole_region(s) for s in outs) for _ in range(k)), (None,) * len(ins), (),
                              tuple(ins), 1)
+
+
+def _whole_region(shape: Shape) -> Region:
+    return Region(tuple((0, n - 1) for n in shape), tuple((0, 0) for _ in shape))
 
 
 def _computed_whole(s: PartitionStrategy) -> PartitionStrategy:
     """``s``'s output split, computed redundantly: each worker reads whole inputs and keeps its slice
     (MXNet's kernel runs unchanged; named ``var*``)."""
     read = [any(w[i] is not None for w in s.input_regions) for i in range(len(s.input_shapes))]
-    whole = tuple(Region(tuple((0, n - 1) for n in shape), tuple((0, 0) for _ in shape)) if r else None
-                  for r, shape in zip(read, s.input_shapes))
+    whole = tuple(_whole_region(shape) if r else None for r, shape in zip(read, s.input_shapes))
     return dataclasses.replace(s, var=s.var + "*", input_regions=tuple(whole for _ in range(s.k)), exchanges=(),
                                exchange_elements=())
