@@ -104,6 +104,13 @@ def test_ops_op_unknown_exits_2(capsys):
     assert_one_line_error(*run(capsys, "ops", "--op", "nosuchop"), "nosuchop")
 
 
+def test_ops_takes_the_operator_as_its_argument_too(capsys):
+    """``tofu ops NAME`` is ``tofu ops --op NAME`` (it was refused as an unrecognized argument)."""
+    assert run(capsys, "ops", "gather_nd") == run(capsys, "ops", "--op", "gather_nd")
+    assert_one_line_error(*run(capsys, "ops", "nosuchop"), "nosuchop")
+    assert_one_line_error(*run(capsys, "ops", "take", "--op", "pick"), "two operators named")
+
+
 def test_ops_op_json_is_one_entry(capsys):
     rc, out, _ = run(capsys, "ops", "--op", "Pooling", "--json")
     assert rc == 0

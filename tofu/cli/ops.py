@@ -21,6 +21,7 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true",
                    help="one JSON object on stdout, with each op's strategies on its first Case")
     p.add_argument("--op", metavar="NAME", help="one operator: its description and strategies")
+    p.add_argument("name", nargs="?", metavar="OP", help="the same as --op OP")
     p.add_argument("--case", type=int, metavar="N", help="with --op: analyse its Case number N (default 0)")
     p.add_argument("--workers", type=int, metavar="K",
                    help=f"with --op: show and kernel-check each strategy for K workers (default {_KERNEL_K})")
@@ -32,6 +33,10 @@ def run(args) -> int:
     from tofu import registry
 
     specs = registry.load_builtin_operators()
+    if args.name is not None:
+        if args.op is not None and args.op != args.name:
+            raise TofuError(f"two operators named: '{args.name}' and --op {args.op}")
+        args.op = args.name
     if args.model and args.op:
         raise TofuError("give --op or --model, not both")
     if not args.model and (args.shape or args.batch is not None):
