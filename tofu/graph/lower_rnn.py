@@ -56,10 +56,10 @@ def lower_rnn(doc: dict, entry_shape: Callable[[int, int], Shape]) -> dict:
             continue
         a = _attrs(jn)
         data = entry_shape(*jn["inputs"][0][:2])
-        for e in jn["inputs"][2:]:      # an initial state: its rows are sliced, which infers no shape backwards,
-            _pin_shapes(nodes, new, where, e[0], entry_shape)       # so the variables it is made from keep theirs
-            #                                                         (zeros made by the graph carry their own
-            #                                                         shape: tofu.graph.mxnet_import pins it first)
+        # an initial state's rows are sliced, which infers no shape backwards: the variables it is made from keep
+        # theirs (zeros made by the graph carry their own shape, which tofu.graph.mxnet_import pins first)
+        for e in jn["inputs"][2:]:
+            _pin_shapes(nodes, new, where, e[0], entry_shape)
         inputs = [_at(where, e) for e in jn["inputs"]]
         weights = _gluon_weights(nodes, jn["inputs"][1], entry_shape)
         if weights is not None and [entry_shape(*e[:2]) for e in weights] != _layout(a, data[2]):

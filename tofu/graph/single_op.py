@@ -216,9 +216,10 @@ def _graph_shapes_here(text: str, shapes: dict, dtype: str) -> GraphShapes:
     names = tuple(internals.list_outputs())
     found = tuple(tuple(s) if s is not None else None for s in out_shapes or [None] * len(names))
     if out_types is None or any(t is None for t in out_types):
-        if all(s and 0 not in s for s in found):    # else the unknown shapes are named by the caller: an input
-            raise InputShapeError(f"MXNet cannot infer every element type from inputs of type {dtype}")  # given
-        out_types = out_types or [None] * len(names)                                 # no shape has no type
+        # an input given no shape has no type either: the caller names the unknown shapes, the cause
+        if all(s and 0 not in s for s in found):
+            raise InputShapeError(f"MXNet cannot infer every element type from inputs of type {dtype}")
+        out_types = out_types or [None] * len(names)
     return GraphShapes(names, found, tuple(np.dtype(t).name if t is not None else None for t in out_types))
 
 
