@@ -19,6 +19,8 @@ from tofu.runtime.data import (InputOptionError, InputValueError, IntInput, chec
                                parse_input_option, synthetic_batch)
 
 T, B = 5, 3
+_ENV = {**os.environ, "MXNET_SUBGRAPH_BACKEND": "NONE", "MXNET_SUBGRAPH_VERBOSE": "0", "OMP_NUM_THREADS": "1"}
+"""What a child process of these tests runs MXNet with (tofu's settings)."""
 
 
 def _sequence_graph(op="SequenceMask"):
@@ -151,12 +153,11 @@ print(np.nonzero(a.grad.asnumpy().sum(1))[0].tolist(), flush=True)
 def test_why_negative_gather_indices_are_not_drawn():
     """MXNet's gather_nd forward reads index -1 as the last row, but its backward does not add that row's gradient
     there: it writes outside the gradient, and the process dies (CPU, MXNet 1.9.1); index 11 is fine."""
-    env = {**os.environ, "MXNET_SUBGRAPH_BACKEND": "NONE", "MXNET_SUBGRAPH_VERBOSE": "0", "OMP_NUM_THREADS": "1"}
     good = subprocess.run([sys.executable, "-c", _GATHER_BACKWARD % 11], capture_output=True, text=True,
-                          timeout=120, env=env)
+                          timeout=120, env=_ENV)
     assert good.returncode == 0 and good.stdout.strip() == "[3, 11]", good.stderr[-2000:]
     bad = subprocess.run([sys.executable, "-c", _GATHER_BACKWARD % -1], capture_output=True, text=True,
-                         timeout=120, env=env)
+                         timeout=120, env=_ENV)
     assert bad.returncode != 0 or bad.stdout.strip() != "[3, 11]", bad.stdout
 
 
@@ -175,9 +176,8 @@ sys.exit(main(["run", sys.argv[1], "--shape", "data=4,2,3", "--shape", "seq_len=
 
 def test_a_network_with_sequence_lengths_trains(tmp_path):
     """Exit 134 before (MXNet aborted on negative lengths); now the lengths are valid and --check passes."""
-    env = {**os.environ, "MXNET_SUBGRAPH_BACKEND": "NONE", "MXNET_SUBGRAPH_VERBOSE": "0", "OMP_NUM_THREADS": "1"}
     done = subprocess.run([sys.executable, "-c", _RUN_SEQUENCE_MASK, str(tmp_path / "mask.json")],
-                          capture_output=True, text=True, timeout=300, env=env)
+                          capture_output=True, text=True, timeout=300, env=_ENV)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "passed" in done.stdout
 

@@ -8,10 +8,10 @@ import pytest
 from tests.needed import needed
 from tests.oracle import count
 from tofu import cli
+from tofu.analysis.views import NodeView
 from tofu.api import load_graph, load_plan, partitioned
 from tofu.runtime.data import initial_values, synthetic_batch
 from tofu.runtime.train import Trainer
-from tofu.analysis.views import NodeView
 from tofu.search.cost import node_options
 
 
