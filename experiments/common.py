@@ -4,11 +4,35 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import platform
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+
+def pin(cpus: set[int]) -> None:
+    """Every thread of this process pinned to ``cpus`` (threads started later, MXNet's workers among them, inherit
+    their starter's set)."""
+    for tid in os.listdir("/proc/self/task"):
+        os.sched_setaffinity(int(tid), cpus)
+
+
+def pin_option(value: str | None, error) -> set[int] | None:
+    """A ``--cpus`` option's cores (comma-separated), checked against this process's (``error``: the parser's,
+    exit 2), and the process pinned to them; None: not pinned."""
+    if value is None:
+        return None
+    available = os.sched_getaffinity(0)
+    try:
+        cpus = {int(c) for c in value.split(",")}
+    except ValueError:
+        cpus = set()
+    if not cpus or not cpus <= available:
+        error(f"--cpus '{value}': cores of {sorted(available)}")
+    pin(cpus)
+    return cpus
 
 
 def git_sha() -> str:

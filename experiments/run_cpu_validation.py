@@ -4,7 +4,7 @@ measured single ops.
     python experiments/run_cpu_validation.py [--models mlp,wresnet-tiny,rnn-tiny,gpt-tiny,resnet18_v1]
                                              [--workers 1,2,4] [--algos tofu,data-parallel,spartan]
                                              [--seconds 3] [--levels op,step] [--tag cpu_validation]
-                                             [--out-dir results/sim] [--quick]
+                                             [--out-dir results/sim] [--cpus 0] [--quick]
 
 Level ``step``: for each model, each of its two batches (``BATCHES``) and each k in ``--workers``, every plan of
 ``--algos`` (at k = 1 only the first: one worker has one plan) is partitioned and bound on cpu(0..k-1); after
@@ -27,7 +27,9 @@ Error = predicted / measured - 1. One CSV row per case in ``<out-dir>/<tag>.csv`
 measured; a JSON sidecar with the arguments, versions, the profile's calibration and the summary
 (:func:`experiments.table_cpu_validation.summary`: per level, the median and worst |error|; for steps, the ranking agreement: over every pair of plans of one
 (model, batch, k >= 2), the fraction where the plan the engine simulates faster is the one measured faster, pairs
-the engine ties excluded). Progress lines on stderr. ``--quick``: three ops, mlp at one batch, k = 1, 2 (well under
+the engine ties excluded). Progress lines on stderr. ``--cpus``: the whole process (the calibration that
+``--recalibrate`` makes, the plans' MXNet workers) pinned to those cores, so that the k contexts' threads share
+them alone (docs/sim.md, "How steady a step is here"). ``--quick``: three ops, mlp at one batch, k = 1, 2 (well under
 a minute).
 """
 from __future__ import annotations
@@ -47,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 
-from experiments.common import RowWriter, rerun_source, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, pin_option, rerun_source, write_sidecar  # noqa: E402
 from experiments.table_cpu_validation import summary  # noqa: E402
 from tofu.sim.calibrate import activation, batchnorm, binary, conv, fc, pooling  # noqa: E402
 
@@ -211,6 +213,7 @@ def main(argv=None) -> int:
     p.add_argument("--recalibrate", action="store_true", help="measure the cpu profile again (else cached)")
     p.add_argument("--tag", default="cpu_validation")
     p.add_argument("--out-dir", type=Path, default=Path("results/sim"))
+    p.add_argument("--cpus", default=None, help="comma-separated core numbers to pin the process to")
     p.add_argument("--quick", action="store_true", help="three ops, mlp at one batch, k = 1, 2")
     args = p.parse_args(argv)
     from tofu.search.algorithms import ALGORITHMS
@@ -224,6 +227,7 @@ def main(argv=None) -> int:
             p.error(f"unknown algorithm '{a}' (choose from {', '.join(ALGORITHMS)})")
     workers = [int(w) for w in args.workers.split(",")]
     levels = args.levels.split(",")
+    pin_option(args.cpus, p.error)
     batches = dict(BATCHES)
     if args.quick:
         models, workers, args.seconds, args.repeats, args.runs = ["mlp"], [1, 2], 1.0, 5, 1

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from experiments.common import RowWriter, rerun_source, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, pin_option, rerun_source, write_sidecar  # noqa: E402
 from experiments.run_cpu_validation import MODELS, graph_of  # noqa: E402
 
 COLUMNS = ("model", "batch", "workers", "plan", "cpus", "steps", "windows", "median_seconds", "p10_seconds",
@@ -40,12 +40,6 @@ COLUMNS = ("model", "batch", "workers", "plan", "cpus", "steps", "windows", "med
            "faster_than_predicted")
 CASES = "mlp:64,rnn-tiny:8,wresnet-tiny:4,gpt-tiny:4"
 WARMUP_STEPS = 5
-
-
-def pin(cpus: set[int]) -> None:
-    """Every thread of this process pinned to ``cpus`` (threads started later inherit their starter's set)."""
-    for tid in os.listdir("/proc/self/task"):
-        os.sched_setaffinity(int(tid), cpus)
 
 
 def case_row(model: str, batch: int, workers: int, plan_name: str, windows: int, window_steps: int, profile,
@@ -110,7 +104,6 @@ def main(argv=None) -> int:
     try:
         cases = parse_cases(args.cases)
         workers = [int(w) for w in args.workers.split(",")]
-        cpus = None if args.cpus is None else {int(c) for c in args.cpus.split(",")}
     except ValueError as e:
         p.error(str(e))
     if any(w < 1 for w in workers):
@@ -119,11 +112,7 @@ def main(argv=None) -> int:
         p.error(f"unknown plan '{args.plan}' (choose from {', '.join(ALGORITHMS)})")
     if args.windows < 2 or args.window_steps < 1:
         p.error("--windows at least 2, --window-steps at least 1")
-    if cpus is not None:
-        available = os.sched_getaffinity(0)
-        if not cpus or not cpus <= available:
-            p.error(f"--cpus '{args.cpus}': cores of {sorted(available)}")
-        pin(cpus)
+    cpus = pin_option(args.cpus, p.error)
 
     from tofu.sim import profile as named_profile
 

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import pytest
 
-from experiments import plot_search, run_search_time
+from experiments import common, plot_search, run_search_time
 
 
 def test_run_search_time_quick_writes_rows_and_sidecar(tmp_path, capsys):
@@ -233,7 +233,7 @@ def test_run_step_stability_writes_a_row_per_case_and_refuses_bad_input(tmp_path
     saved = {int(t): os.sched_getaffinity(int(t)) for t in os.listdir("/proc/self/task")}
     try:
         one = {min(os.sched_getaffinity(0))}
-        run_step_stability.pin(one)
+        common.pin(one)
         assert all(os.sched_getaffinity(int(t)) == one for t in os.listdir("/proc/self/task"))
     finally:
         for t, cpus in saved.items():
