@@ -454,13 +454,20 @@ class MakeLossAttrs:
 @tdl_op("MakeLoss", inputs=("data",), attrs=MakeLossAttrs, cases=[
     Case(shapes=((3, 4),)),
     Case(shapes=((2, 3, 5),), attrs={"grad_scale": 2.0}),
+    Case(shapes=((4, 3),), attrs={"normalization": "batch"}),
+    Case(shapes=((4, 3),), attrs={"normalization": "valid", "valid_thresh": 0.1}),
 ])
 def make_loss_layer(data: TensorVar, attrs: MakeLossAttrs):
     """out[i] = data[i]: forward identity; the backward ignores the head gradient and gives grad_scale.
-    normalization 'batch' or 'valid' divides that gradient by a count a split would change: not described."""
-    if attrs.normalization != "null":
-        raise TDLError(f"MakeLoss: normalization '{attrs.normalization}' is not described (only 'null')")
-    return lambda *i: data[i]
+    normalization 'batch' or 'valid' divides that gradient by the batch, or by the elements above valid_thresh
+    in the whole tensor, a count each shard would take from its own piece: data is then read whole, through an
+    opaque identity, so no dimension splits and the op is computed whole (on the first worker)."""
+    if attrs.normalization not in ("null", "batch", "valid"):
+        raise TDLError(f"MakeLoss: unknown normalization '{attrs.normalization}' (null, batch or valid)")
+    if attrs.normalization == "null":
+        return lambda *i: data[i]
+    whole, every = Opaque("MakeLoss", lambda a: a), (slice(None),) * data.ndim
+    return lambda *i: whole(data[every])[i]
 
 
 _unary_op("make_loss", lambda x: x, "data[i]  (identity forward; the backward gives ones)")

@@ -149,19 +149,40 @@ class SoftmaxOutputAttrs:
     Case(shapes=((2, 3, 4), (2, 4)), attrs={"multi_output": True}, ints=((1, 3),)),
     Case(shapes=((2, 3, 4), (2, 3)), attrs={"preserve_shape": True}, ints=((1, 4),)),
     Case(shapes=((2, 3, 2), (2, 3)), ints=((1, 6),)),
+    Case(shapes=((4, 5), (4,)), attrs={"normalization": "batch"}, ints=((1, 5),)),
+    Case(shapes=((2, 3, 4), (2, 4)), attrs={"multi_output": True, "normalization": "valid", "use_ignore": True},
+         ints=((1, 3),)),
 ])
 def softmax_output(data: TensorVar, label: TensorVar, attrs: SoftmaxOutputAttrs) -> Callable:
     """Forward: softmax of data (n, c, ...) over c (multi_output), over the last axis (preserve_shape), else
     over all axes but the first (MXNet flattens to (n, -1)). The label (data's shape without the softmax axis;
-    n alone in the 2-D case) is read by the gradient only: declared with ``uses``, its values class indices."""
+    n alone in the 2-D case) is read by the gradient only: declared with ``uses``, its values class indices.
+
+    Normalization 'batch' or 'valid': MXNet's backward divides the gradient by the batch, or by the labels not
+    ignored in the whole tensor, a count every shard would take from its own piece (a batch split in two: twice
+    the gradient). The description then reads data whole, through an opaque softmax: no dimension splits, and
+    the op is computed whole (on the first worker, the loss read once)."""
     if attrs.multi_output:
         axes, label_dims = [1], lambda i: (i[0], *i[2:])
     elif attrs.preserve_shape:
         axes, label_dims = [data.ndim - 1], lambda i: i[:-1]
     else:
         axes, label_dims = range(1, data.ndim), lambda i: i[:max(1, data.ndim - 1)]
-    out, classes = _softmax(data, axes), math.prod(data.shape[a] for a in axes)
+    classes = math.prod(data.shape[a] for a in axes)
+    if attrs.normalization == "null":
+        out = _softmax(data, axes)
+    else:
+        whole = Opaque("SoftmaxOutput", lambda a: _numpy_softmax(a, [a.ndim - data.ndim + x for x in axes]))
+        every = (slice(None),) * data.ndim
+
+        def out(*i):
+            return whole(data[every])[i]
     return lambda *i: uses(out(*i), label.at(label_dims(i), valid=(0, classes - 1)))
+
+
+def _numpy_softmax(a: np.ndarray, axes: Sequence[int]) -> np.ndarray:
+    e = np.exp(a - a.max(axis=tuple(axes), keepdims=True))
+    return e / e.sum(axis=tuple(axes), keepdims=True)
 
 
 def _softmax_output_refusal(attrs: SoftmaxOutputAttrs, shapes: Sequence[Sequence[int]]) -> str | None:
