@@ -119,6 +119,7 @@ def leaky_relu(data: TensorVar, gamma: TensorVar | None, attrs: LeakyReLUAttrs):
 class DropoutAttrs:
     p: float = 0.5
     mode: str = "training"
+    axes: tuple[int, ...] = ()
 
 
 @tdl_op("Dropout", inputs=("data",), attrs=DropoutAttrs, cases=[
@@ -127,10 +128,20 @@ class DropoutAttrs:
 ])
 def dropout(data: TensorVar, attrs: DropoutAttrs):
     """out[i] = data[i]: Dropout outside training (mode='training', the deterministic setting compared here).
-    In training it multiplies by a random mask / (1 - p); the mask is an opaque random input, not described."""
+    In training it multiplies by a random mask / (1 - p); the mask is an opaque random input, not described.
+    With ``axes`` (variational dropout) one mask is shared along those axes, which shards drawing their own
+    masks would not share: those axes are read whole, through an opaque identity, so they do not split."""
     if attrs.mode == "always":
         raise TDLError("Dropout: mode 'always' is random even at inference and is not described")
-    return lambda *i: data[i]
+    shared = {a % data.ndim for a in attrs.axes}
+    if not shared:
+        return lambda *i: data[i]
+    whole = Opaque("Dropout", lambda a: a)
+
+    def out(*i):
+        return whole(data[tuple(slice(None) if d in shared else x for d, x in enumerate(i))])[
+            tuple(x for d, x in enumerate(i) if d in shared)]
+    return out
 
 
 # -------------------------------------------------------------------------------------------- unary math
