@@ -199,7 +199,7 @@ def _softmax_output_refusal(attrs: SoftmaxOutputAttrs, shapes: Sequence[Sequence
     return None
 
 
-@tdl_expansion("SoftmaxOutput", statistics_gradient=False, refuses=_softmax_output_refusal)
+@tdl_expansion("SoftmaxOutput", refuses=_softmax_output_refusal)
 def softmax_output_exchange(pieces, shapes, attrs: SoftmaxOutputAttrs, allreduce, origins):
     """SoftmaxOutput on shards of its class axis (the last; Megatron-LM's vocabulary-parallel cross-entropy).
 
@@ -213,7 +213,7 @@ def softmax_output_exchange(pieces, shapes, attrs: SoftmaxOutputAttrs, allreduce
 
     with p_w computed from BlockGrad(x_w): its value is p_w and only MakeLoss passes a gradient, which ignores
     the one arriving and sends its input's factor to x_w. The statistics carry no gradient: the backward pass
-    exchanges nothing (``statistics_gradient=False``). Nor does the label, read through ``one_hot`` alone (its
+    exchanges nothing (read off this symbol, ``tofu.graph.gradients.statistics_gradients``). Nor does the label, read through ``one_hot`` alone (its
     gradient is MXNet's zero): a label piece read from another device is not sent back, as the counts derive
     from this symbol (``tofu.graph.gradients.expansion_gradients``).
 

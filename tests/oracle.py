@@ -27,7 +27,9 @@ each worker needs and does not have:
   backward on zeros);
 * a statistics exchange over the n workers that differ only at its steps: 2 (n - 1) |S| per group when
   |S| >= n, n (n - 1) |S| otherwise (every device reads every partial), and as much for its gradient when
-  the tensor it is computed from has one and the op is not a loss (a loss's backward is its own, local);
+  the tensor it is computed from has one, the op is not a loss (a loss's backward is its own, local) and the
+  expansion's symbol lets that statistic carry one (``statistics_gradients``: not a softmax's row maximum,
+  computed under BlockGrad);
   S as the analysis sizes the statistic on the worker's piece; in ``shared``, only the groups with a running
   call (of a loss computed whole over later cuts, its first copies' group), and the gradient only where the
   group's pieces of that tensor carry one (the channels of Concat(data, conv) from data carry none);
@@ -64,7 +66,7 @@ from tofu.analysis.compose import compose
 from tofu.analysis.views import NodeView
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.graph.memory import rule_for
-from tofu.graph.gradients import expansion_gradients, gives_gradient
+from tofu.graph.gradients import expansion_gradients, gives_gradient, statistics_gradients
 
 Box = tuple[tuple[int, int], ...]
 
@@ -497,7 +499,15 @@ def _exchange(node, view, calls, factors, choices, charge, running=None, carries
         assert found, f"{node.name}: no exchange of '{var}' on the pieces"
         # its gradient flows back to the input it is computed from, and is exchanged when that has a gradient
         # a reduce-scatter and an all-gather when the statistic has n elements or more; else all to all
-        moved = sum(2 * (n - 1) * e if e >= n else n * (n - 1) * e for e in found[0].exchange_elements)
-        charge(node.inputs[0], moved, label=f"op:{node.name}", grad=False if node.op in LOSS_OPS else None,
-               runs=key in live, back=None if carries is None else node.op not in LOSS_OPS and key in carried)
+        moved = [2 * (n - 1) * e if e >= n else n * (n - 1) * e for e in found[0].exchange_elements]
+        with_grad = statistics_gradients(view.op, call.attrs, piece.in_shapes)
+        assert len(with_grad) == len(moved), f"{node.name}: {len(with_grad)} all-reduces for {len(moved)} statistics"
+        for carried_by, elements in ((True, sum(m for m, g in zip(moved, with_grad) if g)),
+                                     (False, sum(m for m, g in zip(moved, with_grad) if not g))):
+            if not elements:
+                continue
+            grad = None if carried_by and node.op not in LOSS_OPS else False
+            charge(node.inputs[0], elements, label=f"op:{node.name}", grad=grad, runs=key in live,
+                   back=(None if carries is None else node.op not in LOSS_OPS and key in carried) if carried_by
+                   else False)
 

@@ -26,14 +26,12 @@ class Expansion:
 
     Called as its function: ``(pieces, shapes, attrs, allreduce)``, plus ``origins`` (where each worker's
     input pieces start in the whole inputs) for an expansion that declares that parameter.
-    ``statistics_gradient``: whether the statistics carry a gradient, all-reduced in the backward pass as the
-    statistics were forward (BatchNorm's mean and variance); False when the expansion stops it (a loss whose
-    backward is local). ``refuses``: ``(attrs, input_shapes) -> reason or None``, the cases it cannot run.
+    Which statistics carry a gradient (all-reduced in the backward pass as they were forward) is read off its
+    symbol (``tofu.graph.gradients.statistics_gradients``). ``refuses``: ``(attrs, input_shapes) -> reason or None``, the cases it cannot run.
     ``partials``: it also runs a partition-n-reduce whose shards MXNet's kernel cannot (Embedding split along its
     table's rows), each worker's partial output from its pieces and their origins, nothing exchanged."""
 
     run: Callable
-    statistics_gradient: bool = True
     refuses: Callable | None = None
     partials: bool = False
 

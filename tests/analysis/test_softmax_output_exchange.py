@@ -14,6 +14,7 @@ from tofu.analysis.strategies import strategies
 from tofu.analysis.views import runnable
 from tofu.errors import TDLError
 from tofu.graph.attrs import Attrs
+from tofu.graph.gradients import statistics_gradients
 from tofu.graph.single_op import infer_op_shapes
 from tofu.tdl.describe import describe, typed_attrs
 
@@ -82,9 +83,8 @@ def test_vocabulary_split_matches_mxnet(attrs, shapes, k):
     np.testing.assert_allclose(dx, expected_grad, rtol=1e-5, atol=1e-6)
 
 
+# (normalization 'batch' or 'valid' has no split at all: tests/operators/test_normalized_losses.py)
 @pytest.mark.parametrize("attrs, shapes", [
-    ({"normalization": "batch"}, [(4, 8), (4,)]),
-    ({"normalization": "valid"}, [(4, 8), (4,)]),
     ({"use_ignore": True, "ignore_label": 0}, [(4, 8), (4,)]),
     ({"smooth_alpha": 0.1}, [(4, 8), (4,)]),
     ({"multi_output": True}, [(2, 8, 3), (2, 3)]),
@@ -103,7 +103,8 @@ def test_what_the_expansion_cannot_run_stays_unrunnable(attrs, shapes):
 
 
 def test_its_statistics_carry_no_gradient():
-    """The cost model charges the exchange forward only for SoftmaxOutput, forward and backward for the others."""
-    assert registry.expansion("SoftmaxOutput").statistics_gradient is False
-    assert registry.expansion("softmax").statistics_gradient is True
-    assert registry.expansion("BatchNorm").statistics_gradient is True
+    """The cost model charges SoftmaxOutput's exchange forward only (its statistics are computed from BlockGrad(x),
+    read off its symbol), softmax's row sum backward too, BatchNorm's mean and variance both."""
+    assert statistics_gradients("SoftmaxOutput", Attrs.parse({}), ((4, 6), (4,))) == (False, False)
+    assert statistics_gradients("softmax", Attrs.parse({}), ((4, 6),)) == (False, True)
+    assert statistics_gradients("BatchNorm", Attrs.parse({}), ((4, 3, 2, 2), (3,), (3,), (3,), (3,))) == (True, True)

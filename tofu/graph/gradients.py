@@ -121,6 +121,49 @@ def _expansion_graph(op: str, attrs, shapes: tuple[tuple[int, ...], ...], origin
     typed = typed_attrs(registry.lookup(op).attrs_type, attrs, op)
     names = [f"_tofu_input{i}" for i in range(len(shapes))]
     with mx.name.NameManager():      # its own names: the rewriter's later symbols are named as without it
+        reduces = iter(range(1 << 30))
         outs = expand([[mx.sym.var(n) for n in names]], [list(shapes)], typed,
-                      lambda parts, reducer="sum": [mx.sym.add_n(*parts)], [list(origins)])
+                      lambda parts, reducer="sum": [mx.sym.add_n(*parts, name=f"{ALLREDUCE}{next(reduces)}")],
+                      [list(origins)])
         return names, json.loads(mx.sym.Group([o for out in outs for o in out]).tojson())
+
+
+ALLREDUCE = "_tofu_allreduce"
+"""The name prefix of a statistics exchange in a traced expansion (an ``add_n``, numbered in the order of the
+expansion's all-reduces)."""
+
+
+def statistics_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...]) -> tuple[bool, ...]:
+    """Per statistic that ``op``'s expansion all-reduces (in its order), whether the backward pass all-reduces the
+    statistic's gradient as well: a gradient, or MXNet's zeros (the exchange's concats run their backward on
+    them), arrives at the exchange from the outputs, and passes from it back to an input. MXNet runs no backward
+    that reaches no variable, so a statistic computed under ``BlockGrad`` (the softmax's row maximum, a shift the
+    result does not depend on) has none exchanged, while BatchNorm's mean and variance both do. Which statistics carry one depends on the op's attributes and its inputs' ranks, not on
+    their extents: traced once per (op, attributes, ranks), on the pieces of ``shapes`` (one worker's)."""
+    key = (op, attrs, tuple(len(s) for s in shapes))
+    found = _STATISTICS.get(key)
+    if found is None:
+        found = _STATISTICS[key] = _trace_statistics(op, attrs, tuple(tuple(s) for s in shapes))
+    return found
+
+
+_STATISTICS: dict[tuple, tuple[bool, ...]] = {}
+
+
+def _trace_statistics(op: str, attrs, shapes: tuple[tuple[int, ...], ...]) -> tuple[bool, ...]:
+    names, doc = _expansion_graph(op, attrs, shapes, tuple((0,) * len(s) for s in shapes))
+    nodes = doc["nodes"]
+    got: list[bool | None] = [None] * len(nodes)       # a gradient arrives at the node (as _expansion_gradients)
+    for h in doc["heads"]:
+        got[h[0]] = True
+    for i in reversed(range(len(nodes))):
+        if nodes[i]["op"] != "null":
+            for p, (j, *_) in enumerate(nodes[i]["inputs"]):
+                got[j] = True if gives_gradient(nodes[i]["op"], got[i], p) or got[j] else False
+    inputs = set(names)
+    reaches = [False] * len(nodes)                      # a gradient at the node passes back to an input
+    for i, n in enumerate(nodes):
+        reaches[i] = n["name"] in inputs if n["op"] == "null" else any(
+            reaches[j] and gives_gradient(n["op"], True, p) for p, (j, *_) in enumerate(n["inputs"]))
+    # the exchange's concats run their backward on zeros too: what arrives may be MXNet's zeros
+    return tuple(got[i] is not None and reaches[i] for i, n in enumerate(nodes) if n["name"].startswith(ALLREDUCE))

@@ -44,13 +44,12 @@ from functools import lru_cache
 
 import numpy as np
 
-from tofu import registry
 from tofu.analysis.compose import OpChoice, compose, coordinates, held_box
 from tofu.analysis.views import NodeView
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.graph.memory import rule_for
 from tofu.search.constants import constant_tensors
-from tofu.search.cost import allreduce_elements
+from tofu.search.cost import allreduce_elements, exchanged_gradients
 from tofu.graph.gradients import expansion_gradients, gives_gradient
 
 Box = tuple[tuple[int, int], ...]
@@ -311,16 +310,16 @@ class _Replay:
         gradient when the op's first input (the tensor the statistic is computed from) has one, the group's
         pieces of it depend on a variable with one (``needs``, per call: Gluon's resnet v2 normalises the data
         itself, and the channels of Concat(data, conv) that come from data need none; MXNet prunes that
-        backward), and the op's expansion lets the statistic carry it (``statistics_gradient``). A group moves
-        its bytes only when MXNet runs it (some call of it is live): of a loss computed whole over later steps,
-        the group of its first copies alone."""
+        backward), and the op's expansion lets that statistic carry it (:func:`statistics_gradients`: not the
+        softmax's row maximum, computed under BlockGrad). A group moves its bytes only when MXNet runs it (some
+        call of it is live): of a loss computed whole over later steps, the group of its first copies alone."""
         from tofu.analysis.strategies import strategies
 
         steps = calls[0].exchange_steps
         n = math.prod(self.factors[j] for j in steps)
         var = self.choices[node.id][steps[-1]].var
         data = self.graph.tensors[node.inputs[0]]          # the statistic is computed from it: its gradient
-        backward = data.id in self.grads and registry.expansion(node.op).statistics_gradient  # is exchanged too
+        backward = data.id in self.grads                   # is exchanged too (where the statistic carries one)
         members: dict[tuple, list[int]] = {}        # per group: its calls' positions
         for i, call in enumerate(calls):
             key = tuple(c for j, c in enumerate(self.coords[call.worker]) if j not in steps)
@@ -331,9 +330,14 @@ class _Replay:
             piece = NodeView(node.op, call.attrs, tuple(tuple(b - a for a, b in p.box) for p in call.inputs),
                              tuple(tuple(b - a for a, b in o.box) for o in call.outputs), (), ())
             found = [s for s in strategies(piece.describe(), 1) if s.var == var and s.exchanges]
-            scale = np.dtype(data.dtype).itemsize * (1 + (backward and any(needs[i] for i in group)))
-            out.append(([syms[i] for i in group], sum(allreduce_elements(e, n) for e in found[0].exchange_elements)
-                        * scale if found else 0.0))
+            if not found:
+                out.append(([syms[i] for i in group], 0.0))
+                continue
+            back = backward and any(needs[i] for i in group)
+            carries = exchanged_gradients(node.op, piece.attrs, piece.in_shapes, found[0]) if back else None
+            out.append(([syms[i] for i in group], np.dtype(data.dtype).itemsize * sum(
+                allreduce_elements(e, n) * (1 + (back and g)) for e, g in
+                zip(found[0].exchange_elements, carries or (False,) * len(found[0].exchange_elements)))))
         return out
 
 

@@ -24,9 +24,10 @@ steps' costs add up to each worker's final pieces against its final held boxes, 
 moves (tests/oracle.py counts it independently). Backward is the adjoint of forward: a fetched input region
 becomes a reduced gradient region, a reduce-scatter of partial outputs an all-gather of the output
 gradient, a conversion is converted back. Auxiliary states and zeroed inputs (a bias that a reduction split
-counts on one worker) are never sent. b = 1 when the op's expansion lets the statistics carry a gradient (BatchNorm's
-mean and variance), 0 when it stops it (SoftmaxOutput's backward is local: ``tdl_expansion``'s
-``statistics_gradient``). A loss op computed whole runs on one worker (the runtime reads one copy
+counts on one worker) are never sent. b = 1 for a statistic the op's expansion lets carry a gradient
+(BatchNorm's mean and variance, the softmax's row sum), 0 for one it stops (the softmax's row maximum, computed
+under BlockGrad; SoftmaxOutput's, whose backward is local): traced on the expansion's symbol,
+``tofu.graph.gradients.statistics_gradients``. A loss op computed whole runs on one worker (the runtime reads one copy
 of each piece of a loss; MXNet runs no other), which alone reads its inputs; an output that no op reads is not
 converted (a graph output is handed out as computed, unless left in partial sums), and a loss op's output has
 no gradient. Tied ops (the timesteps of an RNN layer) that read the same tensor fetch it once per iteration,
@@ -55,12 +56,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from tofu import registry
 from tofu.analysis.strategies import PartialSum, PartitionStrategy, Region, Replicate, SplitDim
 from tofu.analysis.strategies import signature_strategies as analysed_strategies
 from tofu.analysis.views import NodeView, kernel_call, next_view, runnable  # noqa: F401 (re-exported)
 from tofu.errors import SearchError, TofuError
-from tofu.graph.gradients import gives_gradient
+from tofu.graph.gradients import gives_gradient, statistics_gradients
 from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
 from tofu.graph.memory import rule_for
 from tofu.search.coarsen import Coarsening
@@ -93,6 +93,21 @@ def allreduce_elements(size: int, n: int) -> int:
     (tofu.rewrite.comm.Fabric.allreduce): a reduce-scatter and an all-gather, 2 (n - 1) |S|, when the statistic
     has n elements or more; every device reading every partial, n (n - 1) |S|, when it has fewer."""
     return 2 * (n - 1) * size if size >= n else n * (n - 1) * size
+
+
+def exchanged_gradients(op: str, attrs, shapes: Sequence[Shape], s: PartitionStrategy) -> tuple[bool, ...]:
+    """Per statistic ``s`` exchanges (in its order), whether the backward pass all-reduces its gradient as well,
+    from the expansion run on one worker's pieces of ``shapes`` (:func:`statistics_gradients`).
+
+    Raises:
+        SearchError: the expansion all-reduces another number of statistics than the description exchanges.
+    """
+    carries = statistics_gradients(op, attrs, tuple(tuple(x) for x in shapes))
+    if len(carries) != len(s.exchange_elements):
+        raise SearchError(f"{op}: its expansion all-reduces {len(carries)} statistics where its description "
+                          f"exchanges {len(s.exchange_elements)}")
+    return carries
+
 
 def choices(shape: Shape, k: int) -> tuple[int | None, ...]:
     """Dimensions a tensor can be split k ways along (None alone: it must be replicated)."""
@@ -518,8 +533,6 @@ def _with_costs(sig, whole, grads, items, roles, held, windows, classes, done):
     every worker's final pieces against its final held boxes. Each input's and output's costs depend on its
     own box only, and are cached apart (groups differ in one tensor's box more often than in all)."""
     found = _strategies(*sig)[whole]
-    expansion = registry.expansion(sig[0]) if any(s.exchanges for s in found) else None
-    backward = expansion is None or expansion.statistics_gradient
     n_in = len(sig[2])
     ins = [_input_costs(sig, whole, i, held[i], windows[i], roles[i], grads[i], items[i]) for i in range(n_in)]
     outs = [_output_costs(sig, whole, o, held[n_in + o], classes[o], done, grads[n_in + o], items[n_in + o],
@@ -528,10 +541,23 @@ def _with_costs(sig, whole, grads, items, roles, held, windows, classes, done):
     for j, s in enumerate(found):
         # the all-reduce of each partial statistic, and of its gradient when the input it is computed from has one
         # and the expansion lets the statistic carry it
-        const = sum(allreduce_elements(n, sig[4]) * items[0] * (1 + grads[0] * backward) for n in s.exchange_elements)
+        carries = _carries(sig, s) if grads[0] and s.exchanges else (False,) * len(s.exchange_elements)
+        const = sum(allreduce_elements(n, sig[4]) * items[0] * (1 + g) for n, g in zip(s.exchange_elements, carries))
         result.append((s, const, tuple(c[j][0] for c in ins) + tuple(c[j] for c in outs),
                        tuple(c[j][1] for c in ins)))
     return tuple(result)
+
+
+def _carries(sig, s: PartitionStrategy) -> tuple[bool, ...]:
+    """:func:`exchanged_gradients` of ``s`` on the first worker's pieces; all True where the expansion cannot
+    run them (the strategy is then not runnable, and never chosen)."""
+    shapes = tuple(r.shape if r is not None else shape for r, shape in zip(s.input_regions[0], sig[2]))
+    try:
+        return exchanged_gradients(sig[0], sig[1], shapes, s)
+    except SearchError:
+        raise
+    except TofuError:
+        return (True,) * len(s.exchange_elements)
 
 
 @lru_cache(maxsize=65536)

@@ -364,8 +364,7 @@ def _describe(op: str, attrs: Attrs, input_shapes: tuple, output_shapes: tuple, 
     return OpDescription(op, typed, tensors, tuple(outputs), spec.source)
 
 
-def tdl_expansion(op: str, statistics_gradient: bool = True, refuses: Callable | None = None,
-                  partials: bool = False) -> Callable:
+def tdl_expansion(op: str, refuses: Callable | None = None, partials: bool = False) -> Callable:
     """Declares how to run ``op`` with MXNet's simpler operators when a strategy exchanges partial statistics
     (nested reductions, e.g. BatchNorm split on the batch), which MXNet's fused kernel cannot do on a shard.
 
@@ -373,13 +372,12 @@ def tdl_expansion(op: str, statistics_gradient: bool = True, refuses: Callable |
     their shapes, the op's typed attributes, and ``allreduce(partials, reducer="sum") -> combined`` (one symbol
     per worker each way; ``reducer`` is "sum" or "max"; the caller places the reduction); a function that also
     declares a keyword parameter ``origins`` receives per worker where each input piece starts in the whole
-    input (an index tuple per input). It returns per worker the list of output symbols.
+    input (an index tuple per input). It returns per worker the list of output symbols. Which statistics carry a
+    gradient, all-reduced again in the backward pass, is read off the symbol it builds
+    (``tofu.graph.gradients.statistics_gradients``): one computed under BlockGrad carries none.
 
     Args:
         op: the MXNet operator.
-        statistics_gradient: whether the statistics carry a gradient, which the backward pass all-reduces as
-            the forward did the statistics; False when the expansion stops it (SoftmaxOutput, whose backward is
-            local), so that the cost model charges the exchange once.
         refuses: ``(attrs, input_shapes) -> reason or None``: the attributes and shapes the expansion cannot
             run (their strategies that exchange statistics stay unrunnable).
         partials: it also runs a split of a reduction whose shards MXNet's kernel cannot run (Embedding split
@@ -387,7 +385,7 @@ def tdl_expansion(op: str, statistics_gradient: bool = True, refuses: Callable |
             row): each worker's partial output from its pieces and ``origins`` (which it must then declare).
     """
     def decorate(fn: Callable) -> Callable:
-        expansion = registry.Expansion(fn, statistics_gradient, refuses, partials)
+        expansion = registry.Expansion(fn, refuses, partials)
         if partials and not expansion.reads_origins:
             raise TDLError(f"{op}: an expansion with partials=True needs the origins of the pieces (declare a "
                            f"keyword parameter 'origins')")
