@@ -76,19 +76,26 @@ def _softmax_exchange(pieces, ndim: int, axes: Sequence[int], temperature: float
     return [[mx.sym.broadcast_div(e, s)] for e, s in zip(exps, sums)]
 
 
+def _no_length(op: str, length) -> None:
+    """MXNet's ``use_length`` form (a length input masks each row's tail) is not described."""
+    if length is not None:
+        raise TDLError(f"{op}: a length input (use_length=True, each row masked past its length) is not described")
+
+
 @dataclass(frozen=True)
 class SoftmaxAttrs:
     axis: int = -1
     temperature: float | None = None
 
 
-@tdl_op("softmax", inputs=("data",), attrs=SoftmaxAttrs, cases=[
+@tdl_op("softmax", inputs=("data", "length?"), attrs=SoftmaxAttrs, cases=[
     Case(shapes=((4, 6),)),
     Case(shapes=((2, 5, 3),), attrs={"axis": 1, "temperature": 2.0}),
     Case(shapes=((3, 2, 4),), attrs={"axis": 0}),
 ])
-def softmax(data: TensorVar, attrs: SoftmaxAttrs) -> Callable:
+def softmax(data: TensorVar, length: TensorVar | None, attrs: SoftmaxAttrs) -> Callable:
     """out[..., i, ...] = exp(x[..., i, ...] / T) / sum_k exp(x[..., k, ...] / T)  over ``axis``."""
+    _no_length("softmax", length)
     return _softmax(data, [attrs.axis], attrs.temperature or 1.0)
 
 
@@ -98,12 +105,13 @@ def softmax_exchange(pieces, shapes, attrs: SoftmaxAttrs, allreduce):
     return _softmax_exchange(pieces, len(shapes[0][0]), [attrs.axis], attrs.temperature or 1.0, False, allreduce)
 
 
-@tdl_op("softmin", inputs=("data",), attrs=SoftmaxAttrs, cases=[
+@tdl_op("softmin", inputs=("data", "length?"), attrs=SoftmaxAttrs, cases=[
     Case(shapes=((4, 6),)),
     Case(shapes=((2, 5, 3),), attrs={"axis": 1, "temperature": 2.0}),
 ])
-def softmin(data: TensorVar, attrs: SoftmaxAttrs) -> Callable:
+def softmin(data: TensorVar, length: TensorVar | None, attrs: SoftmaxAttrs) -> Callable:
     """out[..., i, ...] = exp(-x[..., i, ...] / T) / sum_k exp(-x[..., k, ...] / T)  over ``axis``."""
+    _no_length("softmin", length)
     return _softmax(data, [attrs.axis], attrs.temperature or 1.0, sign=-1.0)
 
 
@@ -116,13 +124,14 @@ def softmin_exchange(pieces, shapes, attrs: SoftmaxAttrs, allreduce):
     return _softmax_exchange(negated, len(shapes[0][0]), [attrs.axis], attrs.temperature or 1.0, False, allreduce)
 
 
-@tdl_op("log_softmax", inputs=("data",), attrs=SoftmaxAttrs, cases=[
+@tdl_op("log_softmax", inputs=("data", "length?"), attrs=SoftmaxAttrs, cases=[
     Case(shapes=((4, 6),)),
     Case(shapes=((2, 5, 3),), attrs={"axis": 1}),
     Case(shapes=((3, 4),), attrs={"axis": 0, "temperature": 0.5}),
 ])
-def log_softmax(data: TensorVar, attrs: SoftmaxAttrs) -> Callable:
+def log_softmax(data: TensorVar, length: TensorVar | None, attrs: SoftmaxAttrs) -> Callable:
     """out[..., i, ...] = x[..., i, ...] / T - log sum_k exp(x[..., k, ...] / T)  over ``axis``."""
+    _no_length("log_softmax", length)
     return _softmax(data, [attrs.axis], attrs.temperature or 1.0, log_form=True)
 
 

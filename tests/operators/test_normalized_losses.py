@@ -105,3 +105,4 @@ def test_normalized_losses_train_equal_to_one_device(tmp_path, capsys, workers):
         copies = next(line for line in out.splitlines() if line.startswith("cross-device copies"))
         measured, predicted = copies.split(", ")[1].split(" (")[0], copies.rsplit("predicted ", 1)[1]
         assert measured == predicted, (name, copies)
+
