@@ -50,7 +50,7 @@ class BatchNormAttrs:
     fix_gamma: bool = True
     use_global_stats: bool = False
     axis: int = 1
-    # momentum only updates the moving statistics in place (aux states), never an output;
+    momentum: float = 0.9       # updates the moving statistics in place (aux states), never an output
     # output_mean_var only makes outputs 1 and 2 visible (MXNet's shape inference tells how many are)
 
 
@@ -89,7 +89,14 @@ def batch_norm_exchange(pieces, shapes, attrs: BatchNormAttrs, allreduce):
     """BatchNorm on shards of any non-channel dimensions, with MXNet operators: each worker sums its shard
     per channel, the sums are all-reduced into the batch mean m, likewise the squared deviations into the
     (biased) variance v, and each worker normalizes its shard. Two all-reduces of a statistic per channel
-    forward, two backward (MXNet's derived adjoints). The moving statistics (aux states) are not updated.
+    forward, two backward (MXNet's derived adjoints).
+
+    The moving statistics (aux states) follow the whole batch's m and v as one device's kernel makes them
+    follow its own: MXNet's BatchNorm updates them in its *backward* pass, moving = momentum moving + (1 -
+    momentum) batch statistic (biased variance). Each worker runs a BatchNorm kernel on its pieces of the moving
+    statistics over two rows, m - sqrt(v) and m + sqrt(v) (whose mean is m and biased variance v; under
+    BlockGrad), its output added times 0 to the inverse standard deviation, so that MXNet runs its backward
+    (a zero gradient for beta, which it reads) and updates them there. It moves nothing between devices.
 
     Built to keep no more than BatchNorm's fused kernel until the backward pass (its input x), and to need no
     temporary workspace the size of x (the backward pass of a broadcast operator reduces into one):
@@ -121,7 +128,15 @@ def batch_norm_exchange(pieces, shapes, attrs: BatchNormAttrs, allreduce):
         parts.append(deviations + (t - fixed(t)))
     outs = []
     for p, m, sq in zip(pieces, means, allreduce(parts)):
-        inv_std = mx.sym.rsqrt(sq / total + attrs.eps)
+        var = sq / total
+        inv_std = mx.sym.rsqrt(var + attrs.eps)
+        if len(p) == 5:         # the moving statistics: updated by a kernel's backward pass, as one device's are
+            spread = mx.sym.sqrt(mx.sym.relu(var))
+            rows = fixed(mx.sym.stack(m - spread, m + spread, axis=0))
+            # beta read as gamma too (MXNet writes 1 into gamma under fix_gamma: not that); its output is unused
+            moved = mx.sym.BatchNorm(rows, p[2], p[2], p[3], p[4], eps=attrs.eps, momentum=attrs.momentum, axis=1,
+                                     fix_gamma=False)
+            inv_std = mx.sym.broadcast_add(inv_std, mx.sym.sum(moved) * 0.0)
         a = inv_std if attrs.fix_gamma else inv_std * p[1]
         # statistics 0 and 0 with eps 1: the kernel's (x - 0) / sqrt(0 + 1) * a + c
         n = next(_AFFINE)

@@ -234,8 +234,8 @@ DUPLICATES = ("ops", "variables", "variables of one shape", "an op and a variabl
 @st.composite
 def duplicate_names(draw, trunk=TRUNK) -> Renamed:
     """A random graph in which two or three nodes share a name: op nodes, variables (parameters or auxiliary
-    states; of one shape: one variable; of different shapes: refused), an op and a variable, or a variable named
-    like an op's output (``{op}_output``). The inputs keep their names."""
+    states; of one shape: one variable; of different shapes, or a state with an argument: refused), an op and a
+    variable, or a variable named like an op's output (``{op}_output``). The inputs keep their names."""
     model = draw(graphs(trunk=trunk))
     doc = json.loads(model.symbol.tojson())
     nodes = doc["nodes"]
@@ -254,7 +254,10 @@ def duplicate_names(draw, trunk=TRUNK) -> Renamed:
     elif what.startswith("variables"):
         pool = variables if what == "variables" else draw(st.sampled_from([g for g in same_shape if len(g) > 1]))
         first, *others = draw(st.lists(st.sampled_from(pool), min_size=2, max_size=3, unique=True))
-        refused = len({shape_of[nodes[i]["name"]] for i in [first, *others]}) > 1
+        states = set(model.symbol.list_auxiliary_states())
+        # different shapes, or an op's state (updated in place) named as another op's argument: refused
+        refused = len({shape_of[nodes[i]["name"]] for i in [first, *others]}) > 1 or \
+            len({nodes[i]["name"] in states for i in [first, *others]}) > 1
     elif what == "an op and a variable":
         pair = [draw(st.sampled_from(ops)), draw(st.sampled_from(variables))]
         first, *others = pair if draw(st.booleans()) else pair[::-1]

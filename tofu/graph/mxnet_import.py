@@ -137,10 +137,15 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
 
     Raises:
         InputShapeError: a shape names no input, or leaves some entry's shape unknown.
-        GraphImportError: MXNet rejects the graph or its shapes.
+        GraphImportError: MXNet rejects the graph or its shapes, or one name is both a state and an argument.
     """
     args = symbol.list_arguments()
     aux = set(symbol.list_auxiliary_states())
+    both = sorted(aux.intersection(args))
+    if both:        # one name two variables MXNet binds as one: an op would update in place what another reads
+        raise GraphImportError(f"variable '{both[0]}' is both an op's auxiliary state (updated in place, as "
+                               f"BatchNorm's moving statistics) and another op's argument; give the two different "
+                               f"names")
     unknown = sorted(set(shapes) - set(args))
     if unknown:
         raise InputShapeError(f"no input named {', '.join(unknown)}; the graph's inputs are: "

@@ -354,7 +354,6 @@ def check_against_one_device(whole: Graph, report: HybridReport, start_values: M
     if start_momentum is not None:
         trainer.load_momentum(start_momentum)
     losses = tuple(loss(whole, trainer.step(), batch) for _ in range(steps.pop()))
-    # parameters only: a statistics exchange (synchronised BatchNorm) leaves the moving statistics as they were,
-    # as in single-machine runs (``tofu run --check``)
+    # the moving statistics too: synchronised BatchNorm updates them from the global batch's statistics
     return HybridCheck(max((abs(a - b) for a, b in zip(report.losses, losses)), default=0.0),
-                       max_rel_diff(report.final_values, trainer.parameters()), losses)
+                       max_rel_diff(report.final_values, trainer.parameters((Role.PARAM, Role.AUX))), losses)

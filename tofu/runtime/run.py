@@ -206,8 +206,8 @@ def max_rel_diff(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> fl
 
 
 def _state(graph: Graph, trainer: Trainer, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every variable's whole value now: the partitioned run's parameters and auxiliary states over ``values``
-    (auxiliary states that a statistics exchange does not read, BatchNorm's moving statistics, keep theirs)."""
+    """Every variable's whole value now: the partitioned run's parameters and auxiliary states (BatchNorm's moving
+    statistics, updated by a statistics exchange as by the kernel) over ``values``."""
     return {**values, **trainer.parameters((Role.PARAM, Role.AUX))}
 
 
@@ -263,7 +263,7 @@ class _Float64Rerun:
             outs.append(t.forward_backward())
             grads.append(t.gradients())
             t.update()
-            after.append(t.parameters())
+            after.append(t.parameters((Role.PARAM, Role.AUX)))      # the moving statistics too
         before = {n: np.asarray(state[n], np.float64) for n in after[1]}
         losses = [loss(self.graph, o, self.batch) for o in outs]
         diffs = {"outputs": max_rel_diff(*outs), "gradients": max_rel_diff(*grads),
@@ -343,7 +343,7 @@ def train(graph: Graph, plan: Plan, pg: PartitionedGraph, values: Mapping[str, n
                 raise DivergedError(i, ref, "the one-device run of --check")
             ref_losses.append(ref)
             before, state = state, _state(graph, trainer, values)
-            ref_after = reference.parameters()
+            ref_after = reference.parameters((Role.PARAM, Role.AUX))      # the moving statistics too
             step_update = max_rel_diff({n: state[n] - before[n] for n in ref_after},
                                        {n: v - before[n] for n, v in ref_after.items()})
             update_diff = _largest_of((update_diff, step_update))
