@@ -131,7 +131,7 @@ def batch_norm_exchange(pieces, shapes, attrs: BatchNormAttrs, allreduce):
         var = sq / total
         inv_std = mx.sym.rsqrt(var + attrs.eps)
         if len(p) == 5:         # the moving statistics: updated by a kernel's backward pass, as one device's are
-            spread = mx.sym.sqrt(mx.sym.relu(var))
+            spread = mx.sym.sqrt(var)           # var >= 0: a sum of squares (its correction term is 0 in value)
             rows = fixed(mx.sym.stack(m - spread, m + spread, axis=0))
             # beta read as gamma too (MXNet writes 1 into gamma under fix_gamma: not that); its output is unused
             moved = mx.sym.BatchNorm(rows, p[2], p[2], p[3], p[4], eps=attrs.eps, momentum=attrs.momentum, axis=1,
