@@ -30,13 +30,14 @@ BATCH = {"mlp": 24, "rnn-tiny": 8, "wresnet-tiny": 32}     # global batch
 LR, STEPS, TOL = 0.05, 10, 1e-4
 
 
-def _one_device(model, batch, steps=STEPS, lr=LR):
-    """Losses and final parameters of ``steps`` steps on one device, the whole batch (the existing Trainer)."""
+def _one_device(model, batch, steps=STEPS, lr=LR, roles=(Role.PARAM,)):
+    """Losses and final parameters (and with ``roles``, auxiliary states) of ``steps`` steps on one device, the
+    whole batch (the existing Trainer)."""
     graph = load_graph(model, ModelOptions(batch=batch))
     data = synthetic_batch(graph)
     trainer = Trainer(whole_graph(graph, reference_symbol(graph)), {**initial_values(graph), **data}, lr=lr)
     losses = [loss(graph, trainer.step(), data) for _ in range(steps)]
-    return losses, trainer.parameters()
+    return losses, trainer.parameters(roles)
 
 
 @pytest.mark.parametrize("model,workers", [("mlp", 2), ("rnn-tiny", 2), ("mlp", 4), ("rnn-tiny", 4)], ids=str)
@@ -67,11 +68,17 @@ def test_batchnorm_model_first_update_equals_one_device(workers, tmp_path):
     """wresnet-tiny on 2 machines: every BatchNorm's statistics are averaged over the machines mid-pass
     (through the kvstore, forward and backward), so the first loss and the first update (lr times the
     gradient of the global batch, momentum starting at zero) equal one device's to 1e-4 of the largest; each
-    machine's own statistics would part at the first loss. The kvstore carries the parameter shards and those
-    statistics, as predicted from the plan."""
+    machine's own statistics would part at the first loss. The moving statistics follow the global batch's as one
+    device's follow its batch's. The kvstore carries the parameter shards and those statistics, as predicted from
+    the plan."""
     model, batch = "wresnet-tiny", BATCH["wresnet-tiny"]
     report = train_hybrid(model, batch, MACHINES, workers, tmp_path, steps=1, lr=BN_LR, timeout_s=200)
-    losses, params = _one_device(model, batch, steps=1, lr=BN_LR)
+    losses, state = _one_device(model, batch, steps=1, lr=BN_LR, roles=(Role.PARAM, Role.AUX))
+    moving = {n for n in state if n.endswith(("_moving_mean", "_moving_var"))}
+    assert len(moving) >= 10
+    for name in moving:
+        np.testing.assert_allclose(report.final_values[name], state[name], rtol=TOL, atol=TOL, err_msg=name)
+    params = {n: v for n, v in state.items() if n not in moving}
     np.testing.assert_allclose(report.losses, losses, rtol=TOL)
     start = initial_values(load_graph(model, ModelOptions(batch=batch)))
     updates = {n: report.final_values[n] - start[n] for n in params}
