@@ -82,13 +82,21 @@ tofu.models.transformer only)."""
 def _no_gc():
     """The search allocates millions of small, acyclic values (views, cost tables, options) that it keeps:
     Python's cycle collector would rescan them over and over (half the search time on the paper's models),
-    so it is paused while planning."""
+    so it is paused while planning. On the way out, what survived (the caches, about a million objects on
+    densenet121) is moved to the oldest generation at once (``gc.freeze`` then ``gc.unfreeze``, two list
+    splices) rather than scanned by the young collection the next allocation would start (0.16-0.22 s there):
+    they are kept, and the few cycles planning left are collected with the oldest generation. Not done when
+    something else holds objects frozen (its ``gc.freeze`` is left as it is)."""
     was = gc.isenabled()
+    frozen = gc.get_freeze_count()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            if not frozen:
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()
 
 
