@@ -222,9 +222,9 @@ def softmax_output_exchange(pieces, shapes, attrs: SoftmaxOutputAttrs, allreduce
 
     with p_w computed from BlockGrad(x_w): its value is p_w and only MakeLoss passes a gradient, which ignores
     the one arriving and sends its input's factor to x_w. The statistics carry no gradient: the backward pass
-    exchanges nothing (read off this symbol, ``tofu.graph.gradients.statistics_gradients``). Nor does the label, read through ``one_hot`` alone (its
-    gradient is MXNet's zero): a label piece read from another device is not sent back, as the counts derive
-    from this symbol (``tofu.graph.gradients.expansion_gradients``).
+    exchanges nothing (read off this symbol, ``tofu.graph.gradients.statistics_gradients``). Nor does the label,
+    read through ``one_hot`` alone (its gradient is MXNet's zero): a label piece read from another device is not
+    sent back, as the counts derive from this symbol (``tofu.graph.gradients.expansion_gradients``).
 
     Raises:
         TDLError: attributes or shapes it cannot run (:func:`_softmax_output_refusal`).

@@ -502,12 +502,11 @@ def _exchange(node, view, calls, factors, choices, charge, running=None, carries
         moved = [2 * (n - 1) * e if e >= n else n * (n - 1) * e for e in found[0].exchange_elements]
         with_grad = statistics_gradients(view.op, call.attrs, piece.in_shapes)
         assert len(with_grad) == len(moved), f"{node.name}: {len(with_grad)} all-reduces for {len(moved)} statistics"
-        for carried_by, elements in ((True, sum(m for m, g in zip(moved, with_grad) if g)),
-                                     (False, sum(m for m, g in zip(moved, with_grad) if not g))):
-            if not elements:
-                continue
-            grad = None if carried_by and node.op not in LOSS_OPS else False
-            charge(node.inputs[0], elements, label=f"op:{node.name}", grad=grad, runs=key in live,
-                   back=(None if carries is None else node.op not in LOSS_OPS and key in carried) if carried_by
-                   else False)
+        both = sum(m for m, g in zip(moved, with_grad) if g)          # forward, and backward as the input has one
+        once = sum(m for m, g in zip(moved, with_grad) if not g)      # forward only: the symbol stops its gradient
+        if both:
+            charge(node.inputs[0], both, label=f"op:{node.name}", grad=False if node.op in LOSS_OPS else None,
+                   runs=key in live, back=None if carries is None else node.op not in LOSS_OPS and key in carried)
+        if once:
+            charge(node.inputs[0], once, label=f"op:{node.name}", grad=False, runs=key in live, back=False)
 

@@ -27,7 +27,8 @@ class Expansion:
     Called as its function: ``(pieces, shapes, attrs, allreduce)``, plus ``origins`` (where each worker's
     input pieces start in the whole inputs) for an expansion that declares that parameter.
     Which statistics carry a gradient (all-reduced in the backward pass as they were forward) is read off its
-    symbol (``tofu.graph.gradients.statistics_gradients``). ``refuses``: ``(attrs, input_shapes) -> reason or None``, the cases it cannot run.
+    symbol (``tofu.graph.gradients.statistics_gradients``). ``refuses``: ``(attrs, input_shapes) -> reason or
+    None``, the cases it cannot run.
     ``partials``: it also runs a partition-n-reduce whose shards MXNet's kernel cannot (Embedding split along its
     table's rows), each worker's partial output from its pieces and their origins, nothing exchanged."""
 

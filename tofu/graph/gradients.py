@@ -8,6 +8,7 @@ simulator's program (:mod:`tofu.sim.program`) follow it, so it lives below both.
 """
 from __future__ import annotations
 
+import itertools
 import json
 from functools import lru_cache
 
@@ -95,8 +96,16 @@ def expansion_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...], ori
 def _expansion_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...], origins: tuple[tuple[int, ...], ...],
                          arrives: bool) -> tuple[bool, ...]:
     names, doc = _expansion_graph(op, attrs, shapes, origins)
+    got = _arrivals(doc, arrives)
+    found = {n["name"]: got[j] for j, n in enumerate(doc["nodes"]) if n["op"] == "null"}
+    return tuple(found.get(n) is True for n in names)
+
+
+def _arrivals(doc: dict, arrives: bool) -> list[bool | None]:
+    """Per node of a symbol's JSON: what reaches it back from the heads (``arrives`` there), by
+    :func:`gives_gradient`: True a gradient, False only MXNet's zeros, None nothing."""
     nodes = doc["nodes"]
-    got: list[bool | None] = [None] * len(nodes)        # per node: a gradient, only zeros, nothing
+    got: list[bool | None] = [None] * len(nodes)
     for h in doc["heads"]:
         got[h[0]] = arrives
     for i in reversed(range(len(nodes))):               # the JSON lists the nodes in a topological order
@@ -104,8 +113,7 @@ def _expansion_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...], or
             continue
         for p, (j, *_) in enumerate(nodes[i]["inputs"]):
             got[j] = True if gives_gradient(nodes[i]["op"], got[i], p) or got[j] else False
-    found = {n["name"]: got[j] for j, n in enumerate(nodes) if n["op"] == "null"}
-    return tuple(found.get(n) is True for n in names)
+    return got
 
 
 @lru_cache(maxsize=8192)
@@ -121,7 +129,7 @@ def _expansion_graph(op: str, attrs, shapes: tuple[tuple[int, ...], ...], origin
     typed = typed_attrs(registry.lookup(op).attrs_type, attrs, op)
     names = [f"_tofu_input{i}" for i in range(len(shapes))]
     with mx.name.NameManager():      # its own names: the rewriter's later symbols are named as without it
-        reduces = iter(range(1 << 30))
+        reduces = itertools.count()
         outs = expand([[mx.sym.var(n) for n in names]], [list(shapes)], typed,
                       lambda parts, reducer="sum": [mx.sym.add_n(*parts, name=f"{ALLREDUCE}{next(reduces)}")],
                       [list(origins)])
@@ -138,8 +146,9 @@ def statistics_gradients(op: str, attrs, shapes: tuple[tuple[int, ...], ...]) ->
     statistic's gradient as well: a gradient, or MXNet's zeros (the exchange's concats run their backward on
     them), arrives at the exchange from the outputs, and passes from it back to an input. MXNet runs no backward
     that reaches no variable, so a statistic computed under ``BlockGrad`` (the softmax's row maximum, a shift the
-    result does not depend on) has none exchanged, while BatchNorm's mean and variance both do. Which statistics carry one depends on the op's attributes and its inputs' ranks, not on
-    their extents: traced once per (op, attributes, ranks), on the pieces of ``shapes`` (one worker's)."""
+    result does not depend on) has none exchanged, while BatchNorm's mean and variance both do. Which statistics
+    carry one depends on the op's attributes and its inputs' ranks, not on their extents: traced once per (op,
+    attributes, ranks), on the pieces of ``shapes`` (one worker's)."""
     key = (op, attrs, tuple(len(s) for s in shapes))
     found = _STATISTICS.get(key)
     if found is None:
@@ -152,14 +161,7 @@ _STATISTICS: dict[tuple, tuple[bool, ...]] = {}
 
 def _trace_statistics(op: str, attrs, shapes: tuple[tuple[int, ...], ...]) -> tuple[bool, ...]:
     names, doc = _expansion_graph(op, attrs, shapes, tuple((0,) * len(s) for s in shapes))
-    nodes = doc["nodes"]
-    got: list[bool | None] = [None] * len(nodes)       # a gradient arrives at the node (as _expansion_gradients)
-    for h in doc["heads"]:
-        got[h[0]] = True
-    for i in reversed(range(len(nodes))):
-        if nodes[i]["op"] != "null":
-            for p, (j, *_) in enumerate(nodes[i]["inputs"]):
-                got[j] = True if gives_gradient(nodes[i]["op"], got[i], p) or got[j] else False
+    nodes, got = doc["nodes"], _arrivals(doc, True)
     inputs = set(names)
     reaches = [False] * len(nodes)                      # a gradient at the node passes back to an input
     for i, n in enumerate(nodes):

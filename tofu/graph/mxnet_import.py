@@ -142,7 +142,7 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
     args = symbol.list_arguments()
     aux = set(symbol.list_auxiliary_states())
     both = sorted(aux.intersection(args))
-    if both:        # one name two variables MXNet binds as one: an op would update in place what another reads
+    if both:        # MXNet binds a name once: one op would update in place what another reads
         raise GraphImportError(f"variable '{both[0]}' is both an op's auxiliary state (updated in place, as "
                                f"BatchNorm's moving statistics) and another op's argument; give the two different "
                                f"names")

@@ -333,11 +333,11 @@ class _Replay:
             if not found:
                 out.append(([syms[i] for i in group], 0.0))
                 continue
-            back = backward and any(needs[i] for i in group)
-            carries = exchanged_gradients(node.op, piece.attrs, piece.in_shapes, found[0]) if back else None
-            out.append(([syms[i] for i in group], np.dtype(data.dtype).itemsize * sum(
-                allreduce_elements(e, n) * (1 + (back and g)) for e, g in
-                zip(found[0].exchange_elements, carries or (False,) * len(found[0].exchange_elements)))))
+            sizes = found[0].exchange_elements
+            carries = exchanged_gradients(node.op, piece.attrs, piece.in_shapes, found[0]) \
+                if backward and any(needs[i] for i in group) else (False,) * len(sizes)
+            elements = sum(allreduce_elements(e, n) * (1 + g) for e, g in zip(sizes, carries))
+            out.append(([syms[i] for i in group], elements * np.dtype(data.dtype).itemsize))
         return out
 
 

@@ -27,8 +27,8 @@ gradient, a conversion is converted back. Auxiliary states and zeroed inputs (a 
 counts on one worker) are never sent. b = 1 for a statistic the op's expansion lets carry a gradient
 (BatchNorm's mean and variance, the softmax's row sum), 0 for one it stops (the softmax's row maximum, computed
 under BlockGrad; SoftmaxOutput's, whose backward is local): traced on the expansion's symbol,
-``tofu.graph.gradients.statistics_gradients``. A loss op computed whole runs on one worker (the runtime reads one copy
-of each piece of a loss; MXNet runs no other), which alone reads its inputs; an output that no op reads is not
+``tofu.graph.gradients.statistics_gradients``. A loss op computed whole runs on one worker (the runtime reads
+one copy of each piece of a loss; MXNet runs no other), which alone reads its inputs; an output that no op reads is not
 converted (a graph output is handed out as computed, unless left in partial sums), and a loss op's output has
 no gradient. Tied ops (the timesteps of an RNN layer) that read the same tensor fetch it once per iteration,
 as a worker keeps what it fetched; different ops reading the same piece are each charged, which keeps the
