@@ -38,9 +38,10 @@ CURVE_FIELDS = ("peak", "w_half", "alpha", "launch", "other", "grain_half", "gra
 
 # ----------------------------------------------------------------------------------------------- writing
 
-def parameter_rows(prof, sources: dict[str, str]) -> Iterator[dict]:
+def parameter_rows(prof, sources: dict[str, str], bounds: dict[str, str] | None = None) -> Iterator[dict]:
     """One row per number of ``prof`` (device fields, interconnect levels, the class rates of a profile without curves, the
-    kernel curves), each with its source."""
+    kernel curves, the curves of kernels measured apart: ``bounds`` says of each whether its work is FLOPs,
+    ``compute``, or bytes), each with its source."""
     for name, unit in DEVICE_FIELDS:
         value = getattr(prof, name)
         yield dict(group="device", item=name, field="", value="" if value is None else value, unit=unit,
@@ -59,6 +60,13 @@ def parameter_rows(prof, sources: dict[str, str]) -> Iterator[dict]:
                      "grain_half": "px", "grain_alpha": ""}
             for f in CURVE_FIELDS:
                 yield dict(group="kernels", item=c.value, field=f, value=getattr(k, f), unit=units[f],
+                           source=k.source)
+        for name, k in prof.kernels.ops:
+            work, other = ("FLOP", "B/s") if (bounds or {}).get(name) == "compute" else ("B", "FLOP/s")
+            units = {"peak": f"{work}/s", "w_half": work, "alpha": "", "launch": "s", "other": other,
+                     "grain_half": "px", "grain_alpha": ""}
+            for f in CURVE_FIELDS:
+                yield dict(group="kernels (own op)", item=name, field=f, value=getattr(k, f), unit=units[f],
                            source=k.source)
 
 
@@ -90,6 +98,17 @@ def fit_rows(cpu_calibration) -> Iterator[dict]:
         worst = max(everything)
         yield dict(profile="cpu", op_class="all", data="held-out sizes, measured here", cases=len(everything),
                    median_abs_error=statistics.median(e for e, _ in everything), worst_abs_error=worst[0],
+                   worst_case=worst[1])
+    ops = []
+    for name, f in cpu_calibration.op_curves.items():
+        yield dict(profile="cpu", op_class=f"op {name}", data="held-out sizes, measured here", cases=f.heldout_cases,
+                   median_abs_error=f.heldout_median_error, worst_abs_error=f.heldout_worst_error,
+                   worst_case=f.heldout_worst_case)
+        ops += [(abs(e), f"{name}: {case}") for case, e in f.heldout]
+    if ops:
+        worst = max(ops)
+        yield dict(profile="cpu", op_class="all ops", data="held-out sizes, measured here", cases=len(ops),
+                   median_abs_error=statistics.median(e for e, _ in ops), worst_abs_error=worst[0],
                    worst_case=worst[1])
     k80_gemm = K80X8.kernels.curve(OpClass.GEMM)
     back = published.K40_SMX / published.K80_SMX            # the K80 curve scaled back to the K40 it came from
@@ -128,7 +147,8 @@ def write(out_dir: Path, args: dict) -> None:
     profiles = [*GPU_PROFILES.values(), cal.profile()]
     out = RowWriter(out_dir / "parameters.csv", PARAMETER_COLUMNS)
     for prof in profiles:
-        for row in [*parameter_rows(prof, PARAMETER_SOURCES.get(prof.name, {})), *host_path_rows(prof.name)]:
+        bounds = {name: f.bound for name, f in cal.op_curves.items()} if prof.name == "cpu" else {}
+        for row in [*parameter_rows(prof, PARAMETER_SOURCES.get(prof.name, {}), bounds), *host_path_rows(prof.name)]:
             out.write(dict(profile=prof.name, **row))
     out.close()
     write_sidecar(out.path, args, **extra)
@@ -177,7 +197,7 @@ def render_parameters(sources: list[Rows]) -> str:
     for key in unique((r["profile"], r["group"], r["item"]) for r in rows):
         mine = [r for r in rows if (r["profile"], r["group"], r["item"]) == key]
         profile, group, item = key
-        if group == "kernels":
+        if group in ("kernels", "kernels (own op)"):
             v = {r["field"]: quantity(r["value"], r["unit"]) for r in mine}
             value = f"R {v['peak']}, h {v['w_half']}, a {v['alpha']}, L {v['launch']}, other side {v['other']}"
             if float({r["field"]: r["value"] for r in mine}.get("grain_half") or 0) > 0:
@@ -188,7 +208,8 @@ def render_parameters(sources: list[Rows]) -> str:
         else:
             value = ", ".join(quantity(r["value"], r["unit"]) for r in mine)
         name = {"device": item, "levels": f"level {item}", "classes": f"class rates: {item}",
-                "kernels": f"kernel curve: {item}", "host path": f"host path: {item}"}[group]
+                "kernels": f"kernel curve: {item}", "kernels (own op)": f"kernel curve of the op `{item}`",
+                "host path": f"host path: {item}"}[group]
         lines.append([f"`{profile}`", name, value, mine[0]["source"].replace("|", "/")])
     return markdown_table(["profile", "parameter", "value", "source"], lines)
 

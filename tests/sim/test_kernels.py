@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tofu.sim import kernels, published
-from tofu.sim.calibrate import CALIBRATION_CASES, GRAIN_CASES, SWEEP_CASES, case_work
+from tofu.sim.calibrate import CALIBRATION_CASES, GRAIN_CASES, OP_SWEEPS, SWEEP_CASES, case_work
 from tofu.sim.engine import kernel_seconds, simulate
 from tofu.sim.flops import OpClass
 from tofu.sim.hardware import K80X8, V100X8, ClassCurve, ClassRate, KernelModel, Level, Profile
@@ -195,6 +195,78 @@ def test_an_update_takes_the_profiles_update_launch_when_it_has_one():
                 0.0, 8.0, (), (), ())
     e = prof.kernels.curve(OpClass.ELEMENTWISE)
     assert kernel_seconds(task, prof) == pytest.approx(1e-3 + busy_seconds(e, 8.0), rel=1e-12)
+    own = ClassCurve(1e10, 2e5, 1.0, 3e-6, 1e12)          # measured with its launch: the update launch is not added
+    prof = dataclasses.replace(prof, kernels=dataclasses.replace(prof.kernels, ops=(("sgd_mom_update", own),)))
+    assert kernel_seconds(task, prof) == pytest.approx(3e-6 + (8.0 + 2e5) / 1e10, rel=1e-12)
+
+
+def test_a_kernel_measured_apart_is_timed_by_its_own_curve_and_every_other_by_its_class():
+    """``KernelModel.ops``: a task whose op has a curve takes it (forward and backward alike, by the op the task
+    names); a task of another op of the class, the class's curve; by hand from the curves' numbers."""
+    conv_fwd = ClassCurve(1e10, 1e6, 0.5, 2e-6, 1e10, grain_half=4.0, grain_alpha=1.0)
+    conv_bwd = ClassCurve(3e10, 1e5, 0.5, 1e-6, 1e10)
+    prof = dataclasses.replace(K80X8, kernels=dataclasses.replace(
+        K80X8.kernels, ops=(("Convolution", conv_fwd), ("_backward_Convolution", conv_bwd))))
+    f, b = 4e7, 1e5
+
+    def task(op, grain=math.inf):
+        return Task(0, TaskKind.COMPUTE, Phase.FORWARD, Origin.KERNEL, op, 0, None, OpClass.CONVOLUTION, f, b, (),
+                    (), (), grain=grain)
+    own = 2e-6 + max((f + math.sqrt(1e6 * f)) / 1e10, f / (1e10 * 4 / (4 + 4)))      # grain 4: q = 1/2
+    assert kernel_seconds(task("Convolution", 4.0), prof) == pytest.approx(own, rel=1e-12)
+    assert kernel_seconds(task("_backward_Convolution", 4.0), prof) == pytest.approx(
+        1e-6 + (f + math.sqrt(1e5 * f)) / 3e10, rel=1e-12)             # no grain in the backward's own curve
+    c = K80X8.kernels.curve(OpClass.CONVOLUTION)
+    assert kernel_seconds(task("Deconvolution"), prof) == pytest.approx(
+        kernels.curve_seconds(c, OpClass.CONVOLUTION, f, b), rel=1e-12)
+    with pytest.raises(ValueError, match="once"):
+        KernelModel(K80X8.kernels.curves, (("Convolution", conv_fwd), ("Convolution", conv_bwd)))
+
+
+def test_an_ops_forward_and_backward_curves_are_recovered_from_forward_alone_and_both_timings():
+    """calibrate._op_curve_fits on timings made from two known curves (forward F, backward B) and a known
+    executor call: F from the forward-alone times, B from forward + backward less F; held-out errors ~0."""
+    from tofu.sim.calibrate import _op_curve_fits, fc
+    from tofu.sim.flops import backward_work
+
+    fwd = ClassCurve(4e10, 3e4, 0.5, 1e-6, 1e10)
+    bwd = ClassCurve(2e10, 1e5, 0.5, 3e-6, 1e10)
+    call, call_f = 1.4e-5, 0.8e-5
+    measured = []
+    for n in (2, 4, 8, 16, 32, 64, 128, 256, 384, 512, 640):
+        case = fc(n, n, n)
+        work = case_work(case, [(n, n)])
+        bf, bb = backward_work(work, case.grads)
+        t_f = call_f + kernels.curve_seconds(fwd, OpClass.GEMM, work.flops, work.bytes)
+        t = call + kernels.curve_seconds(fwd, OpClass.GEMM, work.flops, work.bytes) + \
+            kernels.curve_seconds(bwd, OpClass.GEMM, bf, bb)
+        measured.append((case, t, work, call, t_f, call_f))
+    forward, backward = _op_curve_fits(measured[0::2], measured[1::2], (1e12, 1e10))
+    for fit, true in ((forward, fwd), (backward, bwd)):
+        assert (fit.peak, fit.w_half, fit.alpha, fit.launch) == pytest.approx(
+            (true.peak, true.w_half, true.alpha, true.launch), rel=2e-2, abs=1e-8)
+        assert fit.heldout_cases == 5 and fit.heldout_worst_error < 1e-3
+
+
+def test_the_calibrations_op_curves_reach_the_profile_and_survive_its_cache(tmp_path):
+    """An op curve of a calibration is the profile's curve of that op (its other side the calibration's peak on
+    the far side of the roofline), and ``from_json`` reads back what was written."""
+    import json
+    from dataclasses import asdict
+
+    from tofu.sim.calibrate import Calibration, ClassFit, CurveFit
+
+    fits = {c.value: ClassFit("compute" if c.contraction else "memory", 1e9, 1e-6, 3, 0.1) for c in OpClass}
+    curve = CurveFit("memory", 7e8, 18.0, 1.0, 7e-7, 5, 0.04, 4, 0.07, 0.15, "LayerNorm 16000x64",
+                     (("LayerNorm 4x64", -0.02),))
+    curves = {c.value: dataclasses.replace(curve, bound="compute" if c.contraction else "memory") for c in OpClass}
+    cal = Calibration(4e10, 1.3e10, 1.3e10, 1e-6, 1.4e-5, 1.4e-5, fits, 2e10, "h", 2, 15, curves,
+                      op_curves={"_backward_LayerNorm": curve})
+    back = Calibration.from_json(json.loads(json.dumps(asdict(cal))))
+    assert back == cal
+    k = back.profile().kernels.curve(OpClass.NORMALIZATION, "_backward_LayerNorm")
+    assert (k.peak, k.w_half, k.alpha, k.launch, k.other) == (7e8, 18.0, 1.0, 7e-7, 4e10)
+    assert back.profile().kernels.curve(OpClass.NORMALIZATION, "BatchNorm").peak == curves["normalization"].peak
 
 
 # ------------------------------------------------------------------------------------------- the CPU sweep
@@ -211,6 +283,20 @@ def test_the_sweep_is_disjoint_from_the_calibration_and_validation_sets():
     assert len(sweep) == sum(len(cases) for cases in families)
     assert not sweep & {_key(c) for cases in CALIBRATION_CASES.values() for c in cases}
     assert not sweep & {_key(c) for c in OP_CASES}
+
+
+@pytest.mark.parametrize("op", list(OP_SWEEPS), ids=str)
+def test_each_op_sweep_is_of_its_op_disjoint_from_the_calibration_and_validation_sets_and_spans_its_work(op):
+    from experiments.run_cpu_validation import OP_CASES
+
+    assert OP_SWEEPS, "no op is measured apart"
+    others = {_key(c) for cases in CALIBRATION_CASES.values() for c in cases} | {_key(c) for c in OP_CASES}
+    for cases in OP_SWEEPS[op]:
+        assert len(cases) % 2 == 1 and len(cases) >= 9
+        assert all(c.op == op for c in cases) and not {_key(c) for c in cases} & others
+    works = [case_work(c, _out_shapes(c)) for c in OP_SWEEPS[op][0]]
+    amounts = [w.flops if w.op_class.contraction else w.bytes for w in works]
+    assert amounts == sorted(amounts) and amounts[-1] / amounts[0] > 1e3
 
 
 @pytest.mark.parametrize("op_class", list(OpClass), ids=lambda c: c.value)

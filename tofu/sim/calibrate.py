@@ -87,7 +87,7 @@ from tofu.sim.kernels import curve_seconds, fit_grain, fit_rate
 log = logging.getLogger(__name__)
 
 DEFAULT_CACHE = Path("results/sim/cpu_profile.json")
-VERSION = 9
+VERSION = 10
 RATE_BOUND = 4.0        # a class's fitted rate is at most this x the machine's peak (cache-resident ops may beat it)
 _COMMAND = "python -m tofu.sim.calibrate --recalibrate"
 
@@ -146,6 +146,14 @@ def layernorm(shape) -> OpCase:
 
 def activation(shape, act="relu") -> OpCase:
     return OpCase(f"Activation {act} {_dims(shape)}", "Activation", (("data", shape),), {"act_type": act})
+
+
+def softmax(shape) -> OpCase:
+    return OpCase(f"softmax {_dims(shape)}", "softmax", (("data", shape),), {"axis": -1})
+
+
+def gelu(shape) -> OpCase:
+    return OpCase(f"LeakyReLU gelu {_dims(shape)}", "LeakyReLU", (("data", shape),), {"act_type": "gelu"})
 
 
 def binary(op, shape) -> OpCase:
@@ -223,6 +231,24 @@ GRAIN_CASES: dict[OpClass, tuple[OpCase, ...]] = {
         (4, 24, 1), (2, 64, 1), (2, 32, 3), (4, 96, 1), (6, 48, 2), (8, 128, 1))),
 }
 
+_OP_ROWS = (1, 4, 16, 64, 256, 1000, 4000, 16000, 60000)
+OP_SWEEPS: dict[str, tuple[tuple[OpCase, ...], ...]] = {
+    "Convolution": (SWEEP_CASES[OpClass.CONVOLUTION], GRAIN_CASES[OpClass.CONVOLUTION]),
+    "FullyConnected": (SWEEP_CASES[OpClass.GEMM],),
+    "BatchNorm": (SWEEP_CASES[OpClass.NORMALIZATION],),
+    "Pooling": (SWEEP_CASES[OpClass.POOLING],),
+    "Activation": (SWEEP_CASES[OpClass.ELEMENTWISE],),
+    "slice": (SWEEP_CASES[OpClass.DATA_MOVEMENT],),
+    "LayerNorm": (tuple(layernorm((n, 64)) for n in _OP_ROWS),),
+    "softmax": (tuple(softmax((n, 64)) for n in _OP_ROWS),),
+    "LeakyReLU": (tuple(gelu((n, 64)) for n in _OP_ROWS),),
+}
+"""The op sweeps: per MXNet op whose kernels are timed apart from their class's curve, cases of that op (the
+class sweeps' families above, reused, and three ops whose kernels depart most from their class: LayerNorm,
+softmax, LeakyReLU measured on its gelu), each timed forward alone and forward + backward; alternately fitted and
+held out as in the class sweeps (the convolution's work sweep and grain sweep each so). None is a calibration or
+validation case (the tests check it)."""
+
 
 @dataclass(frozen=True)
 class TaskPoint:
@@ -290,6 +316,7 @@ class Calibration:
     task_seconds: float = 0.0
     task_points: tuple[TaskPoint, ...] = ()
     bulk_task_seconds: float | None = None
+    op_curves: dict[str, CurveFit] = field(default_factory=dict)
     version: int = VERSION
 
     def rates(self) -> tuple[tuple[OpClass, ClassRate], ...]:
@@ -314,7 +341,12 @@ class Calibration:
             out.append((c, ClassCurve(f.peak, f.w_half, f.alpha, f.launch, other,
                                       f"measured here: {f.fit_cases} cases ({_COMMAND})", f.grain_half,
                                       f.grain_alpha)))
-        return KernelModel(tuple(out))
+        ops = tuple((name, ClassCurve(f.peak, f.w_half, f.alpha, f.launch,
+                                      self.copy_bandwidth if f.bound == "compute" else self.gemm_flops,
+                                      f"measured here: {f.fit_cases} cases of {name} ({_COMMAND})", f.grain_half,
+                                      f.grain_alpha))
+                    for name, f in self.op_curves.items())
+        return KernelModel(tuple(out), ops)
 
     def profile(self) -> Profile:
         elementwise = self.classes[OpClass.ELEMENTWISE.value].launch
@@ -334,6 +366,8 @@ class Calibration:
         doc["classes"] = {k: ClassFit(**v) for k, v in doc["classes"].items()}
         doc["curves"] = {k: CurveFit(**{**v, "heldout": tuple(tuple(h) for h in v.get("heldout", ()))})
                          for k, v in doc.get("curves", {}).items()}
+        doc["op_curves"] = {k: CurveFit(**{**v, "heldout": tuple(tuple(h) for h in v.get("heldout", ()))})
+                            for k, v in doc.get("op_curves", {}).items()}
         doc["task_points"] = tuple(TaskPoint(**p) for p in doc.get("task_points", ()))
         return cls(**doc)
 
@@ -348,8 +382,9 @@ def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
     return statistics.median(times)
 
 
-def measure_op(case: OpCase, repeats: int) -> tuple[float, tuple[Shape, ...]]:
-    """Median seconds of one forward + backward executor call of the case's operator, and its output shapes."""
+def measure_op(case: OpCase, repeats: int, forward_only: bool = False) -> tuple[float, tuple[Shape, ...]]:
+    """Median seconds of one forward + backward executor call of the case's operator (``forward_only``: one
+    training forward call alone), and its output shapes."""
     import mxnet as mx
 
     from tofu.runtime.train import quiet
@@ -367,6 +402,10 @@ def measure_op(case: OpCase, repeats: int) -> tuple[float, tuple[Shape, ...]]:
 
     def run():
         exe.forward(is_train=True)
+        if forward_only:
+            for o in exe.outputs:
+                o.wait_to_read()
+            return
         exe.backward(heads)
         for g in exe.grad_arrays:
             if g is not None:
@@ -381,11 +420,11 @@ SWEEP_SECONDS = 0.02
 of a tiny op resist the other jobs of a shared machine, few calls of a large one keep the sweep short."""
 
 
-def _measure_long_enough(case: OpCase, repeats: int) -> tuple[float, tuple[Shape, ...]]:
+def _measure_long_enough(case: OpCase, repeats: int, forward_only: bool = False) -> tuple[float, tuple[Shape, ...]]:
     """:func:`measure_op` with as many calls as take about ``SWEEP_SECONDS`` (between 5 and 400; a first
     measurement of ``max(3, repeats // 5)`` calls estimates one call)."""
-    t, _ = measure_op(case, max(3, repeats // 5))
-    return measure_op(case, min(400, max(5, math.ceil(SWEEP_SECONDS / max(t, 1e-7)))))
+    t, _ = measure_op(case, max(3, repeats // 5), forward_only)
+    return measure_op(case, min(400, max(5, math.ceil(SWEEP_SECONDS / max(t, 1e-7)))), forward_only)
 
 
 def case_work(case: OpCase, out_shapes: Sequence[Shape]) -> OpWork:
@@ -452,6 +491,130 @@ def _curve_fit(op_class: OpClass, fitted: Sequence[tuple[OpCase, float, OpWork, 
                     fit.grain_half, fit.grain_alpha)
 
 
+Measured = tuple[OpCase, float, OpWork, float, float, float]
+"""A sweep case: the case, its forward + backward seconds, its work, the executor call's fixed cost measured
+beside it, its forward-alone seconds and that call's fixed cost."""
+
+
+def _errors(fitted, heldout, error, name=lambda m: m[0].name) -> tuple[float, list[tuple[str, float]]]:
+    """The median |error| on ``fitted`` and the signed errors on ``heldout`` (``error``, ``name``: a case's)."""
+    return statistics.median(abs(error(m)) for m in fitted), [(name(m), error(m)) for m in heldout]
+
+
+def _curve(fit, compute: bool, peaks: tuple[float, float]) -> ClassCurve:
+    other = peaks[1] if compute else peaks[0]
+    return ClassCurve(fit.peak, fit.w_half, fit.alpha, fit.launch, other, "", fit.grain_half, fit.grain_alpha)
+
+
+def _as_fit(fit, compute: bool, fitted: int, fit_error: float, signed: list[tuple[str, float]]) -> CurveFit:
+    held = [(abs(e), name) for name, e in signed]
+    worst = max(held) if held else (0.0, "")
+    return CurveFit("compute" if compute else "memory", fit.peak, fit.w_half, fit.alpha, fit.launch, fitted,
+                    fit_error, len(held), statistics.median(e for e, _ in held) if held else 0.0, worst[0], worst[1],
+                    tuple(signed), fit.grain_half, fit.grain_alpha)
+
+
+def _op_curve_fits(fitted: Sequence[Measured], heldout: Sequence[Measured],
+                   peaks: tuple[float, float]) -> tuple[CurveFit, CurveFit | None]:
+    """One op's forward curve F and backward curve B (None when no case has a backward kernel): F through the
+    forward-alone times, t_f - c_f = F(forward work); B through the forward + backward times less F's forward,
+    t - c - F(forward work) = B(backward work) (:func:`tofu.sim.flops.backward_work`; the calls keep the
+    forward's grain). Held out: F on t_f, F + B on t."""
+    from tofu.sim.flops import backward_work
+
+    op_class = fitted[0][2].op_class
+    compute = op_class.contraction
+    max_rate = RATE_BOUND * (peaks[0] if compute else peaks[1])
+
+    def fwd(work: OpWork) -> float:
+        return work.flops if compute else work.bytes
+
+    def bwd(case: OpCase, work: OpWork) -> float:
+        bf, bb = backward_work(work, case.grads)
+        return bf if compute else bb
+
+    f_fit = fit_grain([(tf, cf, ((fwd(w), w.grain),)) for _, _, w, _, tf, cf in fitted], max_rate=max_rate)
+    f_curve = _curve(f_fit, compute, peaks)
+
+    def forward_seconds(work: OpWork) -> float:
+        return curve_seconds(f_curve, op_class, work.flops, work.bytes, grain=work.grain)
+
+    f_error, f_held = _errors(fitted, heldout, lambda m: (m[5] + forward_seconds(m[2])) / m[4] - 1.0)
+    forward = _as_fit(f_fit, compute, len(fitted), f_error, f_held)
+    with_backward = [m for m in fitted if bwd(m[0], m[2]) > 0]
+    if not with_backward:
+        return forward, None
+    b_fit = fit_grain([(t, c + forward_seconds(w), ((bwd(case, w), w.grain),))
+                       for case, t, w, c, _, _ in with_backward], max_rate=max_rate)
+    b_curve = _curve(b_fit, compute, peaks)
+
+    def error(m: Measured) -> float:
+        case, t, work, c = m[:4]
+        bf, bb = backward_work(work, case.grads)
+        return (c + forward_seconds(work) + curve_seconds(b_curve, op_class, bf, bb, grain=work.grain)) / t - 1.0
+
+    b_error, b_held = _errors(with_backward, [m for m in heldout if bwd(m[0], m[2]) > 0], error)
+    return forward, _as_fit(b_fit, compute, len(with_backward), b_error, b_held)
+
+
+UPDATE_ELEMENTS = (1024, 4096, 16384, 65536, 262144, 1048576, 2359296, 4194304, 8388608)
+"""The update sweep: parameter sizes (elements) of one ``sgd_mom_update`` call, alternately fitted and held out."""
+
+
+UPDATE_POOL_BYTES = 256 * 2 ** 20
+"""The update sweep rotates over parameters (weight, gradient, momentum) of this many bytes in all, so that an
+update finds its arrays out of the caches, as in a training step, where the whole step runs between two updates
+of one parameter (measured here: one parameter of 1M elements updated again and again streams 19 GB/s; 8M
+elements, or every parameter in turn, 12-13 GB/s)."""
+
+
+def _update_seconds(elements: int, repeats: int, calls: int, rotate: bool = False) -> float:
+    """Median seconds of one imperative ``sgd_mom_update`` on ``elements`` (float32), as the runtime calls it
+    (``rotate``: over parameters of ``UPDATE_POOL_BYTES`` in all, each call the next one's)."""
+    import mxnet as mx
+
+    pool = min(2048, max(1, math.ceil(UPDATE_POOL_BYTES / (12 * elements)))) if rotate else 1
+    params = [tuple(mx.nd.ones((elements,)) for _ in range(3)) for _ in range(pool)]
+
+    def updates():
+        for i in range(calls):
+            w, g, m = params[i % pool]
+            mx.nd.sgd_mom_update(w, g, m, lr=0.01, momentum=0.9, out=w)
+        mx.nd.waitall()
+    return _median_seconds(updates, max(5, repeats // 3)) / calls
+
+
+def _update_curve(repeats: int, peaks: tuple[float, float]) -> CurveFit:
+    """The update kernel's curve through imperative ``sgd_mom_update`` calls at ``UPDATE_ELEMENTS`` (bytes:
+    :data:`tofu.sim.flops.UPDATE_BYTES_PER_ELEMENT` x 4 per element), each timed over about ``SWEEP_SECONDS``
+    (medians of ``SWEEP_ROUNDS``), with its launch: the engine times an update by this curve alone (not by
+    ``update_launch_seconds``, measured on 8 elements again and again)."""
+    from tofu.sim.flops import UPDATE_BYTES_PER_ELEMENT
+    from tofu.sim.kernels import fit_curve
+
+    points = []
+    for n in UPDATE_ELEMENTS:
+        one = _update_seconds(n, 3, 3)
+        calls = min(200, max(3, math.ceil(SWEEP_SECONDS / max(one, 1e-7))))
+        t = statistics.median(_update_seconds(n, repeats, calls, rotate=True) for _ in range(SWEEP_ROUNDS))
+        points.append((f"sgd_mom_update {n}", t, UPDATE_BYTES_PER_ELEMENT * 4.0 * n))
+    fitted, heldout = points[0::2], points[1::2]
+    fit = fit_curve([(t, 0.0, (b,)) for _, t, b in fitted], max_rate=RATE_BOUND * peaks[1])
+    curve = _curve(fit, False, peaks)
+
+    def error(point) -> float:
+        return curve_seconds(curve, OpClass.ELEMENTWISE, 0.0, point[2]) / point[1] - 1.0
+
+    fit_error, signed = _errors(fitted, heldout, error, name=lambda p: p[0])
+    return _as_fit(fit, False, len(fitted), fit_error, signed)
+
+
+def _backward_op(op: str) -> str:
+    from tofu.sim.program import backward_op
+
+    return backward_op(op)
+
+
 def _copy_fit(repeats: int, identity_rate: ClassFit, call: float, local: float) -> tuple[float, float]:
     """(bandwidth, launch) of one copy between cpu(0) and cpu(1) inside an executor (see the module docstring)."""
     import mxnet as mx
@@ -479,10 +642,11 @@ def _copy_fit(repeats: int, identity_rate: ClassFit, call: float, local: float) 
     return fit_rate(points, max_rate=local)          # no faster than a copy inside one context
 
 
-def _call_seconds(repeats: int) -> float:
-    """The executor call's fixed cost: a forward + backward call of a one-element-row relu (median of 3 runs)."""
+def _call_seconds(repeats: int, forward_only: bool = False) -> float:
+    """The executor call's fixed cost: a forward + backward call (``forward_only``: a training forward call) of a
+    one-element-row relu (median of 3 runs)."""
     tiny = OpCase("relu 1x8", "Activation", (("data", (1, 8)),), {"act_type": "relu"})
-    return statistics.median(measure_op(tiny, repeats * 4)[0] for _ in range(3))
+    return statistics.median(measure_op(tiny, repeats * 4, forward_only)[0] for _ in range(3))
 
 
 TASK_DEPTHS = (4, 16, 32)
@@ -597,42 +761,58 @@ def measure(repeats: int = 15) -> Calibration:
         fits[op_class.value] = _class_fit(op_class, measured, call, peak)
     # Rounds over every class, each case beside its own executor call: a burst of other work on the shared
     # machine spoils one round's measurements of a case, not its median.
-    rounds: dict[tuple[OpClass, int, int], list[tuple[float, float]]] = {}
-    outs: dict[tuple[OpClass, int, int], tuple[Shape, ...]] = {}
-    families = [(op_class, j, cases) for j, sweep in enumerate((SWEEP_CASES, GRAIN_CASES))
-                for op_class, cases in sweep.items()]
+    # Each case timed forward + backward and forward alone, each beside its own executor call's fixed cost.
+    rounds: dict[str, list[tuple[float, float, float, float]]] = {}
+    outs: dict[str, tuple[Shape, ...]] = {}
+    cases_by_name = {c.name: c for sweep in (SWEEP_CASES, GRAIN_CASES) for cases in sweep.values() for c in cases}
+    cases_by_name.update((c.name, c) for families in OP_SWEEPS.values() for cases in families for c in cases)
     for _ in range(SWEEP_ROUNDS):
-        for op_class, j, cases in families:
-            for i, case in enumerate(cases):
-                call = _call_seconds(repeats)
-                t, outs[op_class, j, i] = _measure_long_enough(case, repeats)
-                rounds.setdefault((op_class, j, i), []).append((t, call))
+        for name, case in cases_by_name.items():
+            call = _call_seconds(repeats)
+            t, outs[name] = _measure_long_enough(case, repeats)
+            call_f = _call_seconds(repeats, forward_only=True)
+            t_f, _ = _measure_long_enough(case, repeats, forward_only=True)
+            rounds.setdefault(name, []).append((t, call, t_f, call_f))
+
+    def swept(cases: Sequence[OpCase]) -> tuple[list[Measured], list[Measured]]:
+        """A family's cases measured (medians over the rounds), the even positions fitted, the odd held out."""
+        out = []
+        for case in cases:
+            t, call, t_f, call_f = (statistics.median(r[k] for r in rounds[case.name]) for k in range(4))
+            out.append((case, t, case_work(case, outs[case.name]), call, t_f, call_f))
+        return out[0::2], out[1::2]
+
+    peaks = (gemm_flops, copy_bandwidth)
     for op_class in SWEEP_CASES:
         fitted, heldout = [], []
-        for c, j, cases in families:
-            if c is op_class:
-                sweep = [(case, statistics.median(t for t, _ in rounds[c, j, i]), case_work(case, outs[c, j, i]),
-                          statistics.median(x for _, x in rounds[c, j, i])) for i, case in enumerate(cases)]
-                fitted += sweep[0::2]
-                heldout += sweep[1::2]
-        curves[op_class.value] = _curve_fit(op_class, fitted, heldout, (gemm_flops, copy_bandwidth))
+        for sweep in (SWEEP_CASES, GRAIN_CASES):
+            if op_class in sweep:
+                f, h = swept(sweep[op_class])
+                fitted += [m[:4] for m in f]
+                heldout += [m[:4] for m in h]
+        curves[op_class.value] = _curve_fit(op_class, fitted, heldout, peaks)
         log.info("%s: %s", op_class.value, curves[op_class.value])
+    op_curves: dict[str, CurveFit] = {}
+    for op, families in OP_SWEEPS.items():
+        fitted, heldout = [], []
+        for cases in families:
+            f, h = swept(cases)
+            fitted += f
+            heldout += h
+        forward, backward = _op_curve_fits(fitted, heldout, peaks)
+        op_curves[op] = forward
+        if backward is not None:
+            op_curves[_backward_op(op)] = backward
     cross_bw, copy_launch = _copy_fit(repeats, fits[OpClass.DATA_MOVEMENT.value], _call_seconds(repeats),
                                       copy_bandwidth)
     call = statistics.median(calls)
 
-    w, g, m = (mx.nd.ones((8,)) for _ in range(3))
-    calls = 200
-
-    def updates():
-        for _ in range(calls):
-            mx.nd.sgd_mom_update(w, g, m, lr=0.01, momentum=0.9, out=w)
-        w.wait_to_read()
-    update = _median_seconds(updates, max(5, repeats // 3)) / calls
+    update = _update_seconds(8, repeats, 200)
+    op_curves["sgd_mom_update"] = _update_curve(repeats, peaks)
 
     memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     cal = Calibration(gemm_flops, copy_bandwidth, cross_bw, copy_launch, call, update, fits,
-                      memory, platform.node(), os.cpu_count() or 1, repeats, curves)
+                      memory, platform.node(), os.cpu_count() or 1, repeats, curves, op_curves=op_curves)
     points = _task_points(cal.profile())
     task, launch = fit_task_and_copy_seconds([p for p in points if p.workers > 1], copy_launch)
     return replace(cal, task_seconds=task, copy_launch_seconds=launch,
@@ -678,19 +858,20 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{cal.gemm_flops / 1e9:.1f} GFLOP/s, copy {cal.copy_bandwidth / 1e9:.1f} GB/s, executor call "
           f"{cal.call_seconds * 1e6:.0f} us, per task {cal.task_seconds * 1e6:.2f} us, bulked (one context) "
           f"{(cal.bulk_task_seconds or 0.0) * 1e6:.2f} us ({len(cal.task_points)} cases of the calibration graph)")
-    print("class           R                h         a     L (us)   s     b    fit: cases |err|  held out: cases "
-          "median worst")
-    errors = []
-    for name, f in cal.curves.items():
-        unit = "FLOP/s" if f.bound == "compute" else "B/s"
-        print(f"{name:15s} {f.peak:9.3g} {unit:6s} {f.w_half:9.3g} {f.alpha:5.2f} {f.launch * 1e6:8.1f}"
-              f" {f.grain_half:5.1f} {f.grain_alpha:4.2f}"
-              f"  {f.fit_cases:5d} {f.fit_median_error:5.1%}  {f.heldout_cases:5d} {f.heldout_median_error:6.1%}"
-              f" {f.heldout_worst_error:6.1%} ({f.heldout_worst_case})")
-        errors += [abs(e) for _, e in f.heldout]
-    if errors:
-        print(f"all classes: {len(errors)} held-out sizes, median |error| {statistics.median(errors):.1%}, "
-              f"worst {max(errors):.1%}")
+    print("class / op               R                h         a     L (us)   s     b    fit: cases |err|  held out: "
+          "cases median worst")
+    for title, fits in (("all classes", cal.curves), ("all ops", cal.op_curves)):
+        errors = []
+        for name, f in fits.items():
+            unit = "FLOP/s" if f.bound == "compute" else "B/s"
+            print(f"{name[:24]:24s} {f.peak:9.3g} {unit:6s} {f.w_half:9.3g} {f.alpha:5.2f} {f.launch * 1e6:8.1f}"
+                  f" {f.grain_half:5.1f} {f.grain_alpha:4.2f}"
+                  f"  {f.fit_cases:5d} {f.fit_median_error:5.1%}  {f.heldout_cases:5d} {f.heldout_median_error:6.1%}"
+                  f" {f.heldout_worst_error:6.1%} ({f.heldout_worst_case})")
+            errors += [abs(e) for _, e in f.heldout]
+        if errors:
+            print(f"{title}: {len(errors)} held-out sizes, median |error| {statistics.median(errors):.1%}, "
+                  f"worst {max(errors):.1%}")
     return 0
 
 

@@ -122,11 +122,15 @@ def kernel_seconds(task: Task, profile: Profile) -> float:
     """The time of one compute or update task: its class's size-dependent curve on its FLOPs, bytes and grain,
     :func:`tofu.sim.kernels.seconds` (t = L + max(w / r(w), the roofline's other side), r(w) = R w^a /
     (w^a + h^a); a profile without curves: its roofline). An update (the optimizer's, one call per parameter
-    shard) takes the profile's ``update_launch_seconds`` as its launch when the profile has one."""
+    shard) takes the profile's ``update_launch_seconds`` as its launch when the profile has one, unless the
+    profile's kernels hold a curve of the update's own op (measured with its launch: ``tofu.sim.calibrate``'s
+    update sweep). A task whose op has a curve of its own in the profile's kernels (``KernelModel.ops``) is timed
+    by it instead of its class's."""
+    model = kernels.kernel_model(profile)
     launch = None
-    if task.kind is TaskKind.UPDATE and profile.update_launch_seconds is not None:
+    if task.kind is TaskKind.UPDATE and profile.update_launch_seconds is not None and model.own(task.op) is None:
         launch = profile.update_launch_seconds
-    return kernels.seconds(task.op_class, task.flops, task.nbytes, kernels.kernel_model(profile), launch, task.grain)
+    return kernels.seconds(task.op_class, task.flops, task.nbytes, model, launch, task.grain, task.op)
 
 
 def bulks(program: Program) -> bool:

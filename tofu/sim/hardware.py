@@ -114,17 +114,31 @@ class ClassCurve:
 
 @dataclass(frozen=True)
 class KernelModel:
-    """Per :class:`~tofu.sim.flops.OpClass`, its :class:`ClassCurve` (every class, once)."""
+    """Per :class:`~tofu.sim.flops.OpClass`, its :class:`ClassCurve` (every class, once); and ``ops``: the curves
+    of particular kernels measured apart, each named by the MXNet op it times (``Convolution``; its backward
+    ``_backward_Convolution``), which time that op's tasks instead of its class's curve (a kernel that departs
+    from its class: a forward convolution on one output pixel runs at a third of its backward's rate, LayerNorm's
+    backward at a tenth of BatchNorm's per byte)."""
 
     curves: tuple[tuple[OpClass, ClassCurve], ...]
+    ops: tuple[tuple[str, ClassCurve], ...] = ()
 
     def __post_init__(self):
         classes = [c for c, _ in self.curves]
         if sorted(classes, key=lambda c: c.value) != sorted(OpClass, key=lambda c: c.value):
             raise ValueError(f"a kernel model needs one curve per op class, got {[c.value for c in classes]}")
+        names = [n for n, _ in self.ops]
+        if len(set(names)) != len(names):
+            raise ValueError(f"a kernel model names each op's curve once, got {names}")
 
-    def curve(self, op_class: OpClass) -> ClassCurve:
-        return next(k for c, k in self.curves if c is op_class)
+    def own(self, op: str | None) -> ClassCurve | None:
+        """The curve measured for ``op``'s kernels, None when the model has none."""
+        return next((k for name, k in self.ops if name == op), None) if op is not None else None
+
+    def curve(self, op_class: OpClass, op: str | None = None) -> ClassCurve:
+        """The curve of ``op``'s kernels when the model has one, else its class's."""
+        own = self.own(op)
+        return own if own is not None else next(k for c, k in self.curves if c is op_class)
 
 
 @dataclass(frozen=True)

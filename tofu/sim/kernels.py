@@ -118,9 +118,10 @@ def curve_seconds(curve: ClassCurve, op_class: OpClass, flops: float, nbytes: fl
 
 
 def seconds(op_class: OpClass, flops: float, nbytes: float, model: KernelModel, launch: float | None = None,
-            grain: float = math.inf) -> float:
-    """:func:`curve_seconds` on the class's curve of ``model`` (see the module docstring)."""
-    return curve_seconds(model.curve(op_class), op_class, flops, nbytes, launch, grain)
+            grain: float = math.inf, op: str | None = None) -> float:
+    """:func:`curve_seconds` on ``model``'s curve of the kernel ``op`` (an MXNet op's name, ``_backward_<op>`` for
+    its backward) when it has one, else of its class (see the module docstring)."""
+    return curve_seconds(model.curve(op_class, op), op_class, flops, nbytes, launch, grain)
 
 
 @lru_cache(maxsize=64)

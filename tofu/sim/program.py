@@ -100,6 +100,11 @@ _BACKWARD_OP = {"_copy": "_copy", "identity": "_copy", "_plus_scalar": "_copy", 
                 "expand_dims": "_backward_reshape", "batch_dot": "batch_dot"}
 """The MXNet op of a forward op's backward node where it is not ``_backward_<op>`` (its FGradient)."""
 
+
+def backward_op(op: str) -> str:
+    """The MXNet op of ``op``'s backward node (what a backward task's ``op`` names)."""
+    return _BACKWARD_OP.get(op, f"_backward_{op}")
+
 _BACKWARD_PER_INPUT = frozenset({"batch_dot"})
 """Ops whose FGradient builds one node per input gradient (``batch_dot``: one ``batch_dot`` each)."""
 
@@ -394,7 +399,7 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
         kept = [tensor_of[v] for v in (op.inputs if keeps_inputs else ())] + \
             [tensor_of[v] for v in (op.outputs if keeps_outputs else ())]
         flops, nbytes = backward_work(op.work, names(op, grads))
-        name = _BACKWARD_OP.get(op.op, f"_backward_{op.op}")
+        name = backward_op(op.op)
         nodes = [[p] for p in grads] if op.op in _BACKWARD_PER_INPUT else [grads]     # the work split evenly
         for part in nodes:
             share = len(part) / len(grads)
