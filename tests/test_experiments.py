@@ -241,3 +241,23 @@ def test_run_step_stability_writes_a_row_per_case_and_refuses_bad_input(tmp_path
                 os.sched_setaffinity(t, cpus)
             except ProcessLookupError:      # a thread that ended meanwhile
                 pass
+
+
+def test_run_op_profile_counts_each_ops_calls_as_the_engine_does_and_refuses_bad_input(tmp_path, capsys):
+    """MXNet's profiler sees as many FullyConnected calls (forward and backward) per step of mlp on two contexts
+    as the engine's program has tasks of those ops; the step row holds both times; bad input exits 2."""
+    from experiments import run_op_profile
+
+    assert run_op_profile.main(["mlp", "--batch", "16", "--workers", "2", "--steps", "3", "--tag", "ops",
+                                "--out-dir", str(tmp_path)]) == 0
+    rows = {r["op"]: r for r in csv.DictReader((tmp_path / "ops.csv").open())}
+    step = rows[run_op_profile.STEP]
+    assert float(step["measured_seconds"]) > 0 and float(step["simulated_seconds"]) > 0
+    for op in ("FullyConnected", "_backward_FullyConnected"):
+        assert float(rows[op]["simulated_calls"]) > 0
+        assert float(rows[op]["measured_calls"]) == float(rows[op]["simulated_calls"]), rows[op]
+    assert json.loads((tmp_path / "ops.json").read_text())["args"]["model"] == "mlp"
+    assert run_op_profile.main(["no-such-model", "--out-dir", str(tmp_path)]) == 2
+    with pytest.raises(SystemExit) as e:
+        run_op_profile.main(["mlp", "--workers", "5"])
+    assert e.value.code == 2

@@ -59,7 +59,16 @@ image (:mod:`tofu.sim.kernels`, "The grain"), measured in the same rounds and sp
 fits better: every class but convolution has no grain) by constrained least squares through the fit sizes (each case's kernel calls with their own works, forward and backward; the calibration cases
 above, measured at another moment with another c, are left out); the held-out sizes are then predicted by
 :func:`~tofu.sim.kernels.curve_seconds` (the other roofline side included) plus their c, and their errors
-recorded (:class:`CurveFit`). ``python -m tofu.sim.calibrate [--recalibrate]`` prints them (about a minute).
+recorded (:class:`CurveFit`). ``python -m tofu.sim.calibrate [--recalibrate]`` prints them (about two and a half minutes).
+
+**Kernels measured apart** (the profile's ``KernelModel.ops``, which time a task of that op instead of its
+class's curve): per op of ``OP_SWEEPS`` (the sweeps' families above, and LayerNorm, softmax and gelu on (n, 64)),
+every case is also timed forward alone beside a forward-alone executor call c_f, in the same rounds;
+:func:`_op_curve_fits` fits the op's forward curve F through t_f - c_f = F(forward work) and its backward curve
+(named as MXNet names the backward node, ``_backward_Convolution``) through t - c - F(forward work) =
+B(backward work), the sweep's alternate sizes held out. The update (``sgd_mom_update``, what the runtime calls per
+parameter) is swept over ``UPDATE_ELEMENTS``, each call on the next of parameters of ``UPDATE_POOL_BYTES`` in
+all (out of the caches, as in a step), and fitted with its launch (:func:`_update_curve`).
 
 ``concurrency`` is 1: the CPU contexts share the cores, and measured (``experiments/run_context_concurrency.py``,
 docs/sim.md) two contexts run only 1.2-1.4 chains of MXNet's native GEMM or convolution at once and none of tiny
@@ -736,7 +745,7 @@ def _task_points(profile: Profile) -> tuple[TaskPoint, ...]:
 
 
 def measure(repeats: int = 15) -> Calibration:
-    """Runs the microbenchmarks (about a minute on 2 cores at 15 repeats)."""
+    """Runs the microbenchmarks (about two and a half minutes on 2 cores at 15 repeats)."""
     import mxnet as mx
 
     gemm_n = 1024

@@ -23,8 +23,8 @@ The rules (MXNet 1.9.1's ``ThreadedEnginePerDevice``; numbers named where they a
   and enters, one per direction; a shared level's one link). The links are shared max-min fairly among the
   transfers crossing them at each moment (progressive filling: raise every rate together; a link that fills
   freezes the rates of its transfers; repeat), the rates recomputed whenever a transfer starts or finishes.
-* A compute task takes :func:`kernel_seconds`: its op class's size-dependent curve (:mod:`tofu.sim.kernels`;
-  a profile without curves: the roofline of its class rates, :func:`tofu.sim.kernels.from_rates`) plus
+* A compute task takes :func:`kernel_seconds`: its op class's size-dependent curve, or its op's own where the
+  profile measured one (:attr:`tofu.sim.hardware.KernelModel.ops`) (:mod:`tofu.sim.kernels`; a profile without curves: the roofline of its class rates, :func:`tofu.sim.kernels.from_rates`) plus
   ``profile.task_seconds``, the fixed cost of one op inside a large bound graph (the ``cpu`` profile's is
   measured on a calibration graph by :mod:`tofu.sim.calibrate`; the GPU profiles': 0); an update takes its
   kernel time alone (:func:`task_seconds`). A program that MXNet's executor runs in bulk segments
