@@ -474,53 +474,47 @@ def _calls(case: OpCase, work: OpWork) -> list[tuple[float, float, float]]:
     return [(work.flops, work.bytes, work.grain)] + ([(bf, bb, work.grain)] if bf or bb else [])
 
 
-def _curve_fit(op_class: OpClass, fitted: Sequence[tuple[OpCase, float, OpWork, float]],
-               heldout: Sequence[tuple[OpCase, float, OpWork, float]], peaks: tuple[float, float]) -> CurveFit:
-    """The class's curve through ``fitted`` (each case: its measured seconds, its work, the executor call's fixed
-    cost measured beside it), R at most ``RATE_BOUND`` x the machine's peak, and its errors on ``heldout``.
-    ``peaks``: the GEMM FLOP/s and the copy bandwidth (the other roofline side in the held-out prediction)."""
-    gemm_flops, copy_bandwidth = peaks
-    compute = op_class.contraction
-    peak, other = (gemm_flops, copy_bandwidth) if compute else (copy_bandwidth, gemm_flops)
-    points = [(t, call, tuple((f if compute else b, g) for f, b, g in _calls(case, work)))
-              for case, t, work, call in fitted]
-    fit = fit_grain(points, max_rate=RATE_BOUND * peak)
-    curve = ClassCurve(fit.peak, fit.w_half, fit.alpha, fit.launch, other, "", fit.grain_half, fit.grain_alpha)
-
-    def error(case: OpCase, t: float, work: OpWork, call: float) -> float:
-        return (call + sum(curve_seconds(curve, op_class, f, b, grain=g) for f, b, g in _calls(case, work))) / t - 1.0
-
-    fit_errors = [abs(error(*m)) for m in fitted]
-    signed = tuple((m[0].name, error(*m)) for m in heldout)
-    held = [(abs(e), name) for name, e in signed]
-    worst = max(held) if held else (0.0, "")
-    return CurveFit("compute" if compute else "memory", fit.peak, fit.w_half, fit.alpha, fit.launch, len(fitted),
-                    statistics.median(fit_errors), len(held),
-                    statistics.median(e for e, _ in held) if held else 0.0, worst[0], worst[1], signed,
-                    fit.grain_half, fit.grain_alpha)
-
-
-Measured = tuple[OpCase, float, OpWork, float, float, float]
-"""A sweep case: the case, its forward + backward seconds, its work, the executor call's fixed cost measured
-beside it, its forward-alone seconds and that call's fixed cost."""
-
-
 def _errors(fitted, heldout, error, name=lambda m: m[0].name) -> tuple[float, list[tuple[str, float]]]:
     """The median |error| on ``fitted`` and the signed errors on ``heldout`` (``error``, ``name``: a case's)."""
     return statistics.median(abs(error(m)) for m in fitted), [(name(m), error(m)) for m in heldout]
 
 
 def _curve(fit, compute: bool, peaks: tuple[float, float]) -> ClassCurve:
+    """A fit as a curve, its other roofline side the peak (GEMM FLOP/s, copy bandwidth) of the other kind."""
     other = peaks[1] if compute else peaks[0]
     return ClassCurve(fit.peak, fit.w_half, fit.alpha, fit.launch, other, "", fit.grain_half, fit.grain_alpha)
 
 
 def _as_fit(fit, compute: bool, fitted: int, fit_error: float, signed: list[tuple[str, float]]) -> CurveFit:
+    """A fit with its errors: the median on its ``fitted`` cases, and per held-out case its signed error."""
     held = [(abs(e), name) for name, e in signed]
     worst = max(held) if held else (0.0, "")
     return CurveFit("compute" if compute else "memory", fit.peak, fit.w_half, fit.alpha, fit.launch, fitted,
                     fit_error, len(held), statistics.median(e for e, _ in held) if held else 0.0, worst[0], worst[1],
                     tuple(signed), fit.grain_half, fit.grain_alpha)
+
+
+def _curve_fit(op_class: OpClass, fitted: Sequence[tuple[OpCase, float, OpWork, float]],
+               heldout: Sequence[tuple[OpCase, float, OpWork, float]], peaks: tuple[float, float]) -> CurveFit:
+    """The class's curve through ``fitted`` (each case: its measured seconds, its work, the executor call's fixed
+    cost measured beside it), R at most ``RATE_BOUND`` x the machine's peak, and its errors on ``heldout``.
+    ``peaks``: the GEMM FLOP/s and the copy bandwidth (the other roofline side in the held-out prediction)."""
+    compute = op_class.contraction
+    points = [(t, call, tuple((f if compute else b, g) for f, b, g in _calls(case, work)))
+              for case, t, work, call in fitted]
+    fit = fit_grain(points, max_rate=RATE_BOUND * (peaks[0] if compute else peaks[1]))
+    curve = _curve(fit, compute, peaks)
+
+    def error(m) -> float:
+        case, t, work, call = m
+        return (call + sum(curve_seconds(curve, op_class, f, b, grain=g) for f, b, g in _calls(case, work))) / t - 1.0
+
+    return _as_fit(fit, compute, len(fitted), *_errors(fitted, heldout, error))
+
+
+Measured = tuple[OpCase, float, OpWork, float, float, float]
+"""A sweep case: the case, its forward + backward seconds, its work, the executor call's fixed cost measured
+beside it, its forward-alone seconds and that call's fixed cost."""
 
 
 def _op_curve_fits(fitted: Sequence[Measured], heldout: Sequence[Measured],
