@@ -98,13 +98,15 @@ def test_cores_that_are_not_this_process_s_are_refused(tmp_path, capsys, cpus):
 
 # ------------------------------------------------------------------------------------------ the calibration
 
-def test_a_cache_of_another_version_is_measured_again(tmp_path, monkeypatch):
+def test_a_cache_of_another_version_is_measured_again(tmp_path, monkeypatch, capsys):
     cache = tmp_path / "cpu.json"
     cache.write_text(json.dumps({"version": calibrate.VERSION - 1, "gemm_flops": 1.0}))
     measured = []
     monkeypatch.setattr(calibrate, "measure", lambda repeats: measured.append(repeats) or _FAKE)
     assert calibrate.calibration(cache) is _FAKE and measured
+    assert "measuring this machine's cpu profile" in capsys.readouterr().err     # minutes: it says so
     assert calibrate.calibration(cache) == _FAKE and len(measured) == 1       # now cached, read back
+    assert capsys.readouterr().err == ""
 
 
 def test_fit_recovers_rate_and_launch():

@@ -83,6 +83,7 @@ import math
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -738,9 +739,17 @@ def _task_points(profile: Profile) -> tuple[TaskPoint, ...]:
                  for (d, w, name, n, s, m), trainer in cases)
 
 
+def _progress(message: str) -> None:
+    """One progress line on stderr (a calibration takes minutes)."""
+    print(f"tofu.sim.calibrate: {message}", file=sys.stderr, flush=True)
+
+
 def measure(repeats: int = 15) -> Calibration:
-    """Runs the microbenchmarks (about two and a half minutes on 2 cores at 15 repeats)."""
+    """Runs the microbenchmarks (about two and a half minutes on 2 cores at 15 repeats), a progress line on stderr
+    per stage."""
     import mxnet as mx
+
+    _progress("peaks and the calibration set")
 
     gemm_n = 1024
     a = mx.nd.random.uniform(shape=(gemm_n, gemm_n), ctx=mx.cpu(0))
@@ -769,7 +778,9 @@ def measure(repeats: int = 15) -> Calibration:
     outs: dict[str, tuple[Shape, ...]] = {}
     cases_by_name = {c.name: c for sweep in (SWEEP_CASES, GRAIN_CASES) for cases in sweep.values() for c in cases}
     cases_by_name.update((c.name, c) for families in OP_SWEEPS.values() for cases in families for c in cases)
-    for _ in range(SWEEP_ROUNDS):
+    for r in range(SWEEP_ROUNDS):
+        _progress(f"sweep round {r + 1} of {SWEEP_ROUNDS} ({len(cases_by_name)} cases, forward + backward and "
+                  f"forward alone)")
         for name, case in cases_by_name.items():
             call = _call_seconds(repeats)
             t, outs[name] = _measure_long_enough(case, repeats)
@@ -806,6 +817,7 @@ def measure(repeats: int = 15) -> Calibration:
         op_curves[op] = forward
         if backward is not None:
             op_curves[_backward_op(op)] = backward
+    _progress("copies between contexts, updates")
     cross_bw, copy_launch = _copy_fit(repeats, fits[OpClass.DATA_MOVEMENT.value], _call_seconds(repeats),
                                       copy_bandwidth)
     call = statistics.median(calls)
@@ -816,6 +828,8 @@ def measure(repeats: int = 15) -> Calibration:
     memory = float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     cal = Calibration(gemm_flops, copy_bandwidth, cross_bw, copy_launch, call, update, fits,
                       memory, platform.node(), os.cpu_count() or 1, repeats, curves, op_curves=op_curves)
+    _progress(f"the calibration graph's steps ({len(TASK_DEPTHS) * len(TASK_WORKERS) * len(TASK_PLANS) + len(BULK_DEPTHS)} "
+              f"cases)")
     points = _task_points(cal.profile())
     task, launch = fit_task_and_copy_seconds([p for p in points if p.workers > 1], copy_launch)
     return replace(cal, task_seconds=task, copy_launch_seconds=launch,
@@ -834,6 +848,8 @@ def calibration(path: Path | None = DEFAULT_CACHE, recalibrate: bool = False, re
                     return cal
         except (TypeError, ValueError, KeyError, json.JSONDecodeError):
             log.warning("ignoring unreadable calibration cache %s", path)
+    _progress(f"measuring this machine's cpu profile (about two and a half minutes)"
+              f"{f', cached in {path}' if path is not None else ''}")
     cal = measure(repeats)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -879,6 +895,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import sys
-
     sys.exit(main())
