@@ -11,8 +11,10 @@ training steps run under MXNet's profiler (``profile_symbolic``, ``profile_imper
 per step, beside the engine's (:func:`tofu.sim.engine.simulate_iteration` on the same plan and profile ``cpu``:
 the tasks of that op and the time their spans take). One CSV row per op, a ``step`` row (the profiled median step
 and the engine's iteration), a JSON sidecar. This is how docs/sim.md's "Kernels measured apart" found which kernels
-depart from their class. Read the large kernels' rows: the profiler's events of ops of a few microseconds are
-stretched by its own overhead (their sum can exceed the step).
+depart from their class. Read the large kernels' rows at one context: the profiler's events of ops of a few
+microseconds are stretched by its own overhead (their sum can exceed the step), and on several contexts the small
+ops' events overlap the waits of their engine threads (on wresnet-tiny at k = 2, copies and element-wise ops of
+tens of milliseconds each in a 24 ms step), while the kernels' stay close to one context's.
 """
 from __future__ import annotations
 
