@@ -375,3 +375,25 @@ def test_fit_grain_recovers_known_parameters_and_prefers_no_grain_when_there_is_
     flat = [(t, c, tuple((w, math.inf) for w, _ in calls)) for t, c, calls in
             [(2e-6 + busy_seconds(true, w) + true.launch, 2e-6, ((w, 0),)) for w in np.geomspace(1e4, 1e9, 9)]]
     assert kernels.fit_grain(flat).grain_half == 0.0
+
+
+def test_a_sweep_case_rotates_over_copies_of_its_parameters_only():
+    """calibrate.executors with cold parameters: as many executors as hold about PARAMETER_POOL_BYTES of the
+    parameters (at most PARAMETER_POOL_MAX), each its own weight and bias, all the first's data, gradients and
+    outputs' shapes; a case without parameters (relu), and any case without the option, one executor."""
+    from tofu.sim import calibrate
+
+    case = calibrate.conv(8, 512, 1, 512, 3)                 # 9.4 MB of weights: 28 copies would fill the pool
+    exes = calibrate.executors(case, cold_parameters=True)
+    nbytes = 4 * (512 * 512 * 9 + 512)
+    assert len(exes) == min(calibrate.PARAMETER_POOL_MAX, math.ceil(calibrate.PARAMETER_POOL_BYTES / nbytes)) == 16
+    first = exes[0]
+    for e in exes[1:]:
+        assert e.arg_dict["data"] is first.arg_dict["data"] and e.grad_dict["data"] is first.grad_dict["data"]
+        assert e.grad_dict["weight"] is first.grad_dict["weight"]
+        assert e.arg_dict["weight"] is not first.arg_dict["weight"] and e.arg_dict["bias"] is not first.arg_dict["bias"]
+        assert not np.array_equal(e.arg_dict["weight"].asnumpy(), first.arg_dict["weight"].asnumpy())
+    small = calibrate.conv(2, 8, 8, 8, 3)
+    assert len(calibrate.executors(small, cold_parameters=True)) == calibrate.PARAMETER_POOL_MAX
+    assert len(calibrate.executors(calibrate.activation((4, 8)), cold_parameters=True)) == 1
+    assert len(calibrate.executors(case)) == 1
