@@ -59,7 +59,7 @@ image (:mod:`tofu.sim.kernels`, "The grain"), measured in the same rounds and sp
 fits better: every class but convolution has no grain) by constrained least squares through the fit sizes (each case's kernel calls with their own works, forward and backward; the calibration cases
 above, measured at another moment with another c, are left out); the held-out sizes are then predicted by
 :func:`~tofu.sim.kernels.curve_seconds` (the other roofline side included) plus their c, and their errors
-recorded (:class:`CurveFit`). ``python -m tofu.sim.calibrate [--recalibrate]`` prints them (about two and a half minutes).
+recorded (:class:`CurveFit`). ``python -m tofu.sim.calibrate [--recalibrate]`` prints them (about three minutes).
 
 **Kernels measured apart** (the profile's ``KernelModel.ops``, which time a task of that op instead of its
 class's curve): per op of ``OP_SWEEPS`` (the sweeps' families above, and LayerNorm, softmax and gelu on (n, 64)),
@@ -68,7 +68,9 @@ every case is also timed forward alone beside a forward-alone executor call c_f,
 (named as MXNet names the backward node, ``_backward_Convolution``) through t - c - F(forward work) =
 B(backward work), the sweep's alternate sizes held out. The update (``sgd_mom_update``, what the runtime calls per
 parameter) is swept over ``UPDATE_ELEMENTS``, each call on the next of parameters of ``UPDATE_POOL_BYTES`` in
-all (out of the caches, as in a step), and fitted with its launch (:func:`_update_curve`).
+all (out of the caches, as in a step), and fitted with its launch (:func:`_update_curve`). Since v11 every sweep
+case reads its parameters out of the caches too: its calls rotate over executors holding copies of its parameters
+and sharing everything else (:func:`executors`, ``PARAMETER_POOL_BYTES``).
 
 ``concurrency`` is 1: the CPU contexts share the cores, and measured (``experiments/run_context_concurrency.py``,
 docs/sim.md) two contexts run only 1.2-1.4 chains of MXNet's native GEMM or convolution at once and none of tiny
@@ -782,7 +784,7 @@ def _progress(message: str) -> None:
 
 
 def measure(repeats: int = 15) -> Calibration:
-    """Runs the microbenchmarks (about two and a half minutes on 2 cores at 15 repeats), a progress line on stderr
+    """Runs the microbenchmarks (about three minutes on 2 cores at 15 repeats), a progress line on stderr
     per stage."""
     import mxnet as mx
 
@@ -885,7 +887,7 @@ def calibration(path: Path | None = DEFAULT_CACHE, recalibrate: bool = False, re
                     return cal
         except (TypeError, ValueError, KeyError, json.JSONDecodeError):
             log.warning("ignoring unreadable calibration cache %s", path)
-    _progress(f"measuring this machine's cpu profile (about two and a half minutes)"
+    _progress(f"measuring this machine's cpu profile (about three minutes)"
               f"{f', cached in {path}' if path is not None else ''}")
     cal = measure(repeats)
     if path is not None:
