@@ -210,9 +210,10 @@ def test_the_committed_validation_ranks_plans_at_least_as_well_as_counting_their
     assert engine["agreement"] >= tasks["agreement"], (engine["disagreements"], tasks["disagreements"])
 
 
-def test_the_committed_validation_meets_the_targets():
-    """Issue 21's targets on the committed one-core run (calibrate v11; docs/sim.md, 'CPU validation', gives every
-    run of the sitting: not every run meets the worst-case target)."""
+def test_the_committed_validation_meets_the_median_and_ranking_targets():
+    """Issue 21's median and ranking targets on the committed one-core run (calibrate v11), which every run of the
+    final code met (docs/sim.md, 'CPU validation'). The worst-case target is not asserted: the committed run meets
+    it, but two of seven runs of the final code did, so it is not yet a property of the engine."""
     s = _committed_summary("cpu_validation-one-core.csv")
-    assert s["median_abs_relative_error"] <= TARGETS["median"] and s["worst_abs_relative_error"] <= TARGETS["worst"]
+    assert s["median_abs_relative_error"] <= TARGETS["median"]
     assert s["ranking"]["agreement"] >= TARGETS["ranking"]
