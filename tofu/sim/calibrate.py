@@ -67,7 +67,7 @@ every case is also timed forward alone beside a forward-alone executor call c_f,
 :func:`_op_curve_fits` fits the op's forward curve F through t_f - c_f = F(forward work) and its backward curve
 (named as MXNet names the backward node, ``_backward_Convolution``) through t - c - F(forward work) =
 B(backward work), the sweep's alternate sizes held out. The update (``sgd_mom_update``, what the runtime calls per
-parameter) is swept over ``UPDATE_ELEMENTS``, each call on the next of parameters of ``UPDATE_POOL_BYTES`` in
+parameter) is swept over ``UPDATE_ELEMENTS``, each call on the next of parameters of ``PARAMETER_POOL_BYTES`` in
 all (out of the caches, as in a step), and fitted with its launch (:func:`_update_curve`). Since v11 every sweep
 case reads its parameters out of the caches too: its calls rotate over executors holding copies of its parameters
 and sharing everything else (:func:`executors`, ``PARAMETER_POOL_BYTES``).
@@ -604,19 +604,14 @@ UPDATE_ELEMENTS = (1024, 4096, 16384, 65536, 262144, 1048576, 2359296, 4194304, 
 """The update sweep: parameter sizes (elements) of one ``sgd_mom_update`` call, alternately fitted and held out."""
 
 
-UPDATE_POOL_BYTES = 256 * 2 ** 20
-"""The update sweep rotates over parameters (weight, gradient, momentum) of this many bytes in all, so that an
-update finds its arrays out of the caches, as in a training step, where the whole step runs between two updates
-of one parameter (measured here: one parameter of 1M elements updated again and again streams 19 GB/s; 8M
-elements, or every parameter in turn, 12-13 GB/s)."""
-
-
 def _update_seconds(elements: int, repeats: int, calls: int, rotate: bool = False) -> float:
     """Median seconds of one imperative ``sgd_mom_update`` on ``elements`` (float32), as the runtime calls it
-    (``rotate``: over parameters of ``UPDATE_POOL_BYTES`` in all, each call the next one's)."""
+    (``rotate``: over parameters, gradients and momenta of ``PARAMETER_POOL_BYTES`` in all, each call the next
+    one's, so that an update finds its arrays out of the caches, as in a step: measured here, one parameter of 1 M
+    elements updated again and again streams 19 GB/s, 8 M elements or every parameter in turn 12-13 GB/s)."""
     import mxnet as mx
 
-    pool = min(2048, max(1, math.ceil(UPDATE_POOL_BYTES / (12 * elements)))) if rotate else 1
+    pool = min(2048, max(1, math.ceil(PARAMETER_POOL_BYTES / (12 * elements)))) if rotate else 1
     params = [tuple(mx.nd.ones((elements,)) for _ in range(3)) for _ in range(pool)]
 
     def updates():
@@ -650,12 +645,6 @@ def _update_curve(repeats: int, peaks: tuple[float, float]) -> CurveFit:
 
     fit_error, signed = _errors(fitted, heldout, error, name=lambda p: p[0])
     return _as_fit(fit, False, len(fitted), fit_error, signed)
-
-
-def _backward_op(op: str) -> str:
-    from tofu.sim.program import backward_op
-
-    return backward_op(op)
 
 
 def _copy_fit(repeats: int, identity_rate: ClassFit, call: float, local: float) -> tuple[float, float]:
@@ -788,6 +777,8 @@ def measure(repeats: int = 15) -> Calibration:
     per stage."""
     import mxnet as mx
 
+    from tofu.sim.program import backward_op
+
     _progress("peaks and the calibration set")
 
     gemm_n = 1024
@@ -855,7 +846,7 @@ def measure(repeats: int = 15) -> Calibration:
         forward, backward = _op_curve_fits(fitted, heldout, peaks)
         op_curves[op] = forward
         if backward is not None:
-            op_curves[_backward_op(op)] = backward
+            op_curves[backward_op(op)] = backward
     _progress("copies between contexts, updates")
     cross_bw, copy_launch = _copy_fit(repeats, fits[OpClass.DATA_MOVEMENT.value], _call_seconds(repeats),
                                       copy_bandwidth)
