@@ -45,7 +45,7 @@ def forked(monkeypatch):
 
 @pytest.mark.parametrize("name, batch, workers, factors", [
     ("wresnet-tiny", 16, 4, [2, 2]),      # the recursion wins: the fork's answer alone decides
-    ("gpt-tiny", 64, 4, [4]),             # the one 4-way cut wins: searched again here
+    ("wresnet-tiny", 64, 4, [4]),         # the one 4-way cut wins: searched again here
     ("rnn-tiny", 16, 8, [2, 2, 2]),
 ])
 def test_concurrent_plan_equals_the_sequential_one(forked, name, batch, workers, factors):
@@ -62,7 +62,7 @@ def test_concurrent_plan_equals_the_sequential_one(forked, name, batch, workers,
 def test_any_answer_of_the_fork_gives_the_sequential_plan(forked, monkeypatch, answer):
     """No answer (the fork failed), a wrong low one (it claims to win) or a wrong high one for the recursion's
     winner: a win is always searched again here, so only a claim to lose can skip it, and that skips a loser."""
-    g = graph("gpt-tiny", 64)
+    g = graph("wresnet-tiny", 64)
     sequential = plan_graph(g, 4, "tofu", concurrent=False)
     monkeypatch.setattr(algorithms._Ahead, "cost", lambda self, timeout_s: answer)
     got = plan_graph(g, 4, "tofu")
@@ -87,7 +87,7 @@ def in_the_child(monkeypatch, misbehave) -> None:
 
 def test_a_fork_that_dies_is_searched_again_here(forked, monkeypatch):
     in_the_child(monkeypatch, lambda: os._exit(3))
-    g = graph("gpt-tiny", 64)
+    g = graph("wresnet-tiny", 64)
     got = plan_graph(g, 4, "tofu")
     assert forked[0] is not None
     assert plan_doc(got) == plan_doc(plan_graph(g, 4, "tofu", concurrent=False))
@@ -102,7 +102,7 @@ def test_a_fork_that_hangs_is_killed_and_searched_again_here(forked, monkeypatch
     in_the_child(monkeypatch, lambda: time.sleep(600))
     cost = algorithms._Ahead.cost
     monkeypatch.setattr(algorithms._Ahead, "cost", lambda self, timeout_s: cost(self, 0.5))
-    g = graph("gpt-tiny", 64)
+    g = graph("wresnet-tiny", 64)
     t0 = time.monotonic()
     got = plan_graph(g, 4, "tofu")
     assert time.monotonic() - t0 < 60

@@ -43,8 +43,6 @@ GAPS: dict[tuple[str, int], frozenset[Cause]] = {
     # the stride-2 1x1 shortcut of stage 4 reads pixel (0, 0) of 64 channels, the 3x3 conv beside it all pixels
     # of 32: a device receives that pixel of 16 channels twice (0.27%)
     ("wresnet-tiny", 8): frozenset({Cause.CELLS}),
-    # 20 heads over 8 workers: the q/k/v reshape of 2.5 heads reads the box of 3 (4.0%)
-    ("gpt-774m", 8): frozenset({Cause.BOUNDING_BOX}),
 }
 SMALL = ("mlp", "wresnet-tiny", "rnn-tiny", "gpt-tiny")
 PAPER = PAPER_MODELS + ("gpt-124m", "gpt-350m", "gpt-774m")     # at k = 8, as experiments/run_bytes.py

@@ -8,8 +8,10 @@ cross-entropy over every position. A block is
     x = x + fc2(gelu(fc1(ln2(x))))
 
 with causal multi-head self-attention built from FullyConnected (``flatten=False``), Reshape, transpose,
-batch_dot and softmax: the heads are moved to the front, (batch, seq, hidden) -> (heads * batch, seq,
-head_dim), so that a split of that first dimension is a split by heads; the causal mask adds -1e4 to every
+batch_dot and softmax: the heads get a dimension of their own beside the batch, (batch, seq, hidden) -> (batch,
+heads, seq, head_dim), and the scores and the context are 4-d ``batch_dot`` products over (batch, heads), so that a
+split of the first dimension is a split of the batch (data parallelism) and one of the second a split by heads
+(Megatron-LM's); the causal mask adds -1e4 to every
 score of a later position (from ``arange`` and ``broadcast_greater``, so it is computed, not learned).
 q, k and v are three FullyConnected ops (not one fused matrix), so that a contiguous split of each weight's
 rows is a split by heads, as in Megatron-LM's column-parallel attention.
@@ -97,7 +99,7 @@ def gpt_symbol(config: GPTConfig, batch: int) -> mx.sym.Symbol:
             mask = _causal_mask(s)
         for layer in range(config.layers):
             with mx.AttrScope(__tofu_layer__=f"block{layer}"):
-                x = _block(x, mask, config, batch, f"block{layer}")
+                x = _block(x, mask, config, f"block{layer}")
         with mx.AttrScope(__tofu_layer__="head"):
             x = mx.sym.LayerNorm(x, axis=-1, name="head_ln")
             x = mx.sym.reshape(x, shape=(-1, h), name="head_reshape")               # row b * s + t
@@ -109,33 +111,31 @@ def gpt_symbol(config: GPTConfig, batch: int) -> mx.sym.Symbol:
 
 
 def _causal_mask(seq: int) -> mx.sym.Symbol:
-    """(1, seq, seq): -1e4 where the key position is after the query's, 0 elsewhere."""
+    """(1, 1, seq, seq): -1e4 where the key position is after the query's, 0 elsewhere."""
     positions = mx.sym.arange(0, seq, name="embed_positions")
     later = mx.sym.broadcast_greater(mx.sym.reshape(positions, shape=(1, seq), name="embed_keys"),
                                      mx.sym.reshape(positions, shape=(seq, 1), name="embed_queries"),
                                      name="embed_later")
     penalty = mx.sym._internal._mul_scalar(later, scalar=-1e4, name="embed_penalty")
-    return mx.sym.reshape(penalty, shape=(1, seq, seq), name="embed_mask")
+    return mx.sym.reshape(penalty, shape=(1, 1, seq, seq), name="embed_mask")
 
 
-def _block(x: mx.sym.Symbol, mask: mx.sym.Symbol, config: GPTConfig, batch: int, name: str) -> mx.sym.Symbol:
-    h, heads, d, s = config.hidden, config.heads, config.head_dim, config.seq_len
+def _block(x: mx.sym.Symbol, mask: mx.sym.Symbol, config: GPTConfig, name: str) -> mx.sym.Symbol:
+    h, heads, d = config.hidden, config.heads, config.head_dim
     a = mx.sym.LayerNorm(x, axis=-1, name=f"{name}_ln1")
 
-    def split_heads(t: mx.sym.Symbol, role: str) -> mx.sym.Symbol:     # (b, s, h) -> (heads * b, s, d)
+    def split_heads(t: mx.sym.Symbol, role: str) -> mx.sym.Symbol:     # (b, s, h) -> (b, heads, s, d)
         t = mx.sym.reshape(t, shape=(0, 0, heads, d), name=f"{name}_{role}_heads")
-        t = mx.sym.transpose(t, axes=(2, 0, 1, 3), name=f"{name}_{role}_front")
-        return mx.sym.reshape(t, shape=(-3, 0, 0), name=f"{name}_{role}_stack")
+        return mx.sym.transpose(t, axes=(0, 2, 1, 3), name=f"{name}_{role}_front")
 
     q, k, v = (split_heads(mx.sym.FullyConnected(a, num_hidden=h, flatten=False, name=f"{name}_{role}"), role)
                for role in ("q", "k", "v"))
-    scores = mx.sym.batch_dot(q, k, transpose_b=True, name=f"{name}_scores")         # (heads * b, s, s)
+    scores = mx.sym.batch_dot(q, k, transpose_b=True, name=f"{name}_scores")         # (b, heads, s, s)
     scores = mx.sym._internal._mul_scalar(scores, scalar=1.0 / math.sqrt(d), name=f"{name}_scale")
     scores = mx.sym.broadcast_add(scores, mask, name=f"{name}_masked")
     probs = mx.sym.softmax(scores, axis=-1, name=f"{name}_probs")
-    context = mx.sym.batch_dot(probs, v, name=f"{name}_context")                    # (heads * b, s, d)
-    context = mx.sym.reshape(context, shape=(heads, batch, s, d), name=f"{name}_context_heads")
-    context = mx.sym.transpose(context, axes=(1, 2, 0, 3), name=f"{name}_context_back")
+    context = mx.sym.batch_dot(probs, v, name=f"{name}_context")                    # (b, heads, s, d)
+    context = mx.sym.transpose(context, axes=(0, 2, 1, 3), name=f"{name}_context_back")  # (b, s, heads, d)
     context = mx.sym.reshape(context, shape=(0, 0, -3), name=f"{name}_context_merge")  # (b, s, h)
     x = mx.sym.elemwise_add(x, mx.sym.FullyConnected(context, num_hidden=h, flatten=False, name=f"{name}_proj"),
                             name=f"{name}_attn_add")

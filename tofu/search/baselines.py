@@ -127,9 +127,8 @@ MEGATRON_DIMS: dict[str, int] = {
     **{f"{fc}_{p}": 0 for fc in ("q", "k", "v", "fc1") for p in ("weight", "bias")},
     **{role: 2 for role in ("q", "k", "v", "fc1", "gelu", "q_heads", "k_heads", "v_heads", "context_back",
                             "context_merge")},
-    # heads in front: (heads * batch, seq, ...) split by heads
-    **{role: 0 for role in ("q_front", "k_front", "v_front", "q_stack", "k_stack", "v_stack", "scores", "scale",
-                            "masked", "probs", "context", "context_heads")},
+    # the attention's (batch, heads, seq, ...) split by heads
+    **{role: 1 for role in ("q_front", "k_front", "v_front", "scores", "scale", "masked", "probs", "context")},
     # row-parallel: proj and fc2 split their input features (a reduction), their partial outputs reduce-scattered
     "proj_weight": 1, "fc2_weight": 1,
     # sequence-parallel: the residual stream and the LayerNorms split along the sequence
@@ -149,8 +148,8 @@ VOCAB_PARALLEL_DIMS: dict[str, int] = {
 VOCAB_PARALLEL_ROWS = ("embed_token",)
 
 ROW_PARALLEL = ("proj", "fc2")
-HEAD_SPLIT = frozenset({"q_heads", "k_heads", "v_heads", "q_front", "k_front", "v_front", "q_stack", "k_stack",
-                        "v_stack", "scores", "scale", "masked", "probs", "context", "context_heads", "context_back"})
+HEAD_SPLIT = frozenset({"q_heads", "k_heads", "v_heads", "q_front", "k_front", "v_front", "scores", "scale", "masked",
+                        "probs", "context", "context_back"})
 """The tensors whose split is a split of the attention heads (the first that cannot split names the heads)."""
 
 
@@ -213,7 +212,7 @@ def megatron(p: CutProblem, vocab_parallel: bool = False) -> CutSolution:
         if dims and dims <= set(t.choices):
             keep_c.append([t.choices.index(next(iter(dims)))])
         elif dims and any(_block_role(n) in HEAD_SPLIT for n in t.names):
-            heads = t.shape[2] if len(t.shape) == 4 else t.shape[0]
+            heads = t.shape[next(iter(dims))]
             raise SearchError(f"megatron: {p.k} workers do not divide the {heads} attention heads ('{t.name}' of "
                               f"shape {t.shape}); Megatron-LM needs the heads to divide by the workers")
         elif dims:
