@@ -76,6 +76,11 @@ def rerun_source() -> dict:
     return {"source": f"re-run: `{' '.join(sys.argv)}`", "git_dirty": dirty}
 
 
+def six_digits(row: Mapping) -> dict:
+    """``row`` with its floats written to 6 significant digits (what a timing or a ratio carries)."""
+    return {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}
+
+
 class RowWriter:
     """Appends one CSV row per finished case, flushing each, so an interrupted run keeps what it measured."""
 

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 
-from experiments.common import RowWriter, pin_option, rerun_source, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, pin_option, rerun_source, six_digits, write_sidecar  # noqa: E402
 from experiments.table_cpu_validation import summary  # noqa: E402
 from tofu.sim.calibrate import activation, batchnorm, binary, conv, fc, pooling  # noqa: E402
 
@@ -193,10 +193,6 @@ def step_rows(model: str, batch: int, workers: int, algos: Sequence[str], second
     return rows
 
 
-def _fmt(row: dict) -> dict:
-    return {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}
-
-
 # ----------------------------------------------------------------------------------------------------- main
 
 def main(argv=None) -> int:
@@ -248,7 +244,7 @@ def main(argv=None) -> int:
 
     def record(row: dict) -> None:
         rows.append(row)
-        writer.write(_fmt(row))
+        writer.write(six_digits(row))
         err = row.get("relative_error")
         log(f"[{time.perf_counter() - started:6.1f} s] {row['level']:<4} {row['model']:<38} b={row['batch']:<3} "
             f"k={row['workers']} {row.get('plan', ''):<13} {row['status']:<5} "

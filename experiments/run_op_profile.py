@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 
-from experiments.common import RowWriter, pin_option, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, pin_option, six_digits, write_sidecar  # noqa: E402
 
 COLUMNS = ("model", "batch", "workers", "plan", "op", "measured_calls", "measured_seconds", "simulated_calls",
            "simulated_seconds", "ratio")
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
             return 2
     out = RowWriter(path, COLUMNS)
     for row in rows:
-        out.write({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()})
+        out.write(six_digits(row))
     out.close()
     write_sidecar(path, vars(args))
     for row in rows[:16]:

@@ -49,7 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from experiments.common import RowWriter, rerun_source, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, rerun_source, six_digits, write_sidecar  # noqa: E402
 from experiments.run_cpu_validation import measure_round_robin  # noqa: E402
 
 COLUMNS = ("level", "model", "batch", "workers", "system", "status", "seconds", "p25_seconds", "p75_seconds",
@@ -343,10 +343,6 @@ def profile_rows(model: str, batch: int, workers: int, work_dir: Path, steps: in
     return rows + [{**base, **f} for f in failed]
 
 
-def _fmt(row: dict) -> dict:
-    return {k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in row.items()}
-
-
 # ----------------------------------------------------------------------------------------------------- main
 
 def main(argv=None) -> int:
@@ -383,7 +379,7 @@ def main(argv=None) -> int:
     loads = [os.getloadavg()[0]]
 
     def record(row: dict) -> None:
-        writer.write(_fmt(row))
+        writer.write(six_digits(row))
         if row.get("op_class") not in (None, "", WALL):
             return
         ratios = "".join(f"  {name} {row[key]:.2f}x" for key, name in (("over_one_device", "/one"),

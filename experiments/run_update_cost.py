@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("MXNET_SUBGRAPH_VERBOSE", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from experiments.common import RowWriter, rerun_source, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, rerun_source, six_digits, write_sidecar  # noqa: E402
 from experiments.run_cpu_validation import graph_of, measure_round_robin  # noqa: E402
 
 COLUMNS = ("model", "batch", "workers", "updates", "tasks", "passes_seconds", "step_seconds", "host_seconds",
@@ -119,7 +119,7 @@ def main(argv=None) -> int:
             for k in workers:
                 log(f"{model} batch {batch}, {k} context(s)")
                 row = case(model, batch, k, args.seconds, Path(work_dir), profile)
-                writer.write({c: (f"{v:.6g}" if isinstance(v, float) else v) for c, v in row.items()})
+                writer.write(six_digits(row))
                 log(f"  passes {row['passes_seconds'] * 1e3:.2f} ms, step {row['step_seconds'] * 1e3:.2f} ms, "
                     f"{row['updates']} updates: +{row['increment_per_update'] * 1e6:.1f} us each in a step, "
                     f"{row['host_per_update'] * 1e6:.1f} us each to issue alone")
