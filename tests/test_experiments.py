@@ -261,3 +261,30 @@ def test_run_op_profile_counts_each_ops_calls_as_the_engine_does_and_refuses_bad
     with pytest.raises(SystemExit) as e:
         run_op_profile.main(["mlp", "--workers", "5"])
     assert e.value.code == 2
+
+
+def test_run_plan_splits_writes_each_plans_cuts_and_megatrons_dimensions(tmp_path):
+    from experiments import run_plan_splits
+    from tofu.api import load_graph
+    from tofu.models import ModelOptions
+    from tofu.search.algorithms import plan_graph
+
+    out = tmp_path / "splits.csv"
+    assert run_plan_splits.main(["--model", "gpt-tiny", "--batch", "8", "--workers", "2", "--block", "1",
+                                 "--out", str(out)]) == 0
+    rows = {r["tensor"]: r for r in csv.DictReader(out.open())}
+    assert list(rows) == list(run_plan_splits.TENSORS)
+    graph = load_graph("gpt-tiny", ModelOptions(batch=8))
+    dims = dict(plan_graph(graph, 2, "tofu").steps[0].tensor_dims)
+    for role, row in rows.items():
+        want = dims[f"block1_{role}"]
+        assert row["tofu_cuts"] == ("-" if want is None else str(want)), role
+    # Megatron-LM's split (Shoeybi et al. 2019): q and fc1 by output features, the attention by heads (dimension 1
+    # of (batch, heads, seq, d)), proj and fc2 by input features, the residual stream by the sequence
+    assert {r: rows[r]["megatron_cuts"] for r in ("q_weight", "q_output", "q_front_output", "probs_output",
+                                                  "proj_weight", "fc1_weight", "fc2_weight", "attn_add_output")} == \
+        {"q_weight": "0", "q_output": "2", "q_front_output": "1", "probs_output": "1", "proj_weight": "1",
+         "fc1_weight": "0", "fc2_weight": "1", "attn_add_output": "1"}
+    assert json.loads(out.with_suffix(".json").read_text())["source"].startswith("re-run: ")
+    assert run_plan_splits.main(["--model", "gpt-tiny", "--block", "7", "--workers", "2",
+                                 "--out", str(tmp_path / "x.csv")]) == 2
