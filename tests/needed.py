@@ -7,7 +7,7 @@ lacks, each element once per device:
 
 * reads: per device and tensor, the union of the regions its calls read (each call's ``data`` region: the
   box it reads from the tensor, fill left out) minus the box the device holds (a replicated parameter is held
-  by its first holder only, as the runtime stores it). A call whose kernel computes more than the worker
+  by its owner only, as the runtime stores it). A call whose kernel computes more than the worker
   keeps (``WorkerCall.keep``: a reshape of a longer piece, a halo split computed on the region with its halo)
   reads a bounding box; with ``exact=True`` such a call counts only the input elements its kept outputs read,
   traced element by element through the op's TDL description (:func:`accessed_by`), where the description is

@@ -6,9 +6,9 @@ runtime runs and that the single-device comparisons validate), and counts, eleme
 each worker needs and does not have:
 
 * an op's input piece on worker w: the elements of the piece's data that w does not hold (a replicated
-  parameter is held by its first holder only, which the others read it from and send its gradient to, as the
-  runtime does; a zeroed input, or one an expansion is passed but never reads, is not sent; of a loss op,
-  only the first worker computing each piece reads, as MXNet runs no other copy);
+  parameter is held by its owner only, tofu.search.owners, which the others read it from and send its
+  gradient to, as the runtime does; a zeroed input, or one an expansion is passed but never reads, is not
+  sent; of a loss op, only the first worker computing each piece reads, as MXNet runs no other copy);
 * an op's output, turned into every worker's held box: the elements of the held box w did not produce itself,
   once per partial-sum class covering them (the reduction of partial outputs); a graph output that no op
   reads is handed out as computed, unless it is left in partial sums; in ``shared``, only to the holders
@@ -67,6 +67,7 @@ from tofu.analysis.views import NodeView
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.graph.memory import rule_for
 from tofu.graph.gradients import expansion_gradients, gives_gradient, statistics_gradients
+from tofu.search.owners import parameter_pieces
 
 Box = tuple[tuple[int, int], ...]
 
@@ -182,18 +183,11 @@ def plan_tables(graph: Graph, plan) -> tuple[tuple[int, ...], int, dict, dict]:
 
 def holder_boxes(graph: Graph, factors: tuple[int, ...], dims: dict) -> dict[int, dict[int, Box]]:
     """Per tensor id, the box each holding worker holds: every worker its own, but a parameter once per distinct
-    box, on its first holder (the others read it from there)."""
+    box, on its owner (tofu.search.owners: the runtime's variables; the others read it from there)."""
     k = math.prod(factors)
-    held = {}
-    for tensor in graph.tensors:
-        boxes = {w: _held(tensor.shape, dims[tensor.id], factors, w) for w in range(k)}
-        if tensor.role is Role.PARAM:
-            first: dict[Box, int] = {}
-            for w, b in boxes.items():
-                first.setdefault(b, w)
-            boxes = {w: b for b, w in first.items()}
-        held[tensor.id] = boxes
-    return held
+    owners = parameter_pieces(graph, factors, dims)
+    return {tensor.id: dict(owners[tensor.id]) if tensor.role is Role.PARAM else
+            {w: _held(tensor.shape, dims[tensor.id], factors, w) for w in range(k)} for tensor in graph.tensors}
 
 
 def count(graph: Graph, plan) -> Count:

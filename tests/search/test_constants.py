@@ -111,9 +111,10 @@ def _shared_weight_graph():
 
 
 def test_a_weight_read_by_two_ops_is_kept_once():
-    """Data parallelism on 4 workers holds the weight whole on the first device (MXNet's kvstore): each other
-    device receives it whole and keeps its 4,096 bytes once, though two ops read it (the oracle's count); the
-    worst device is the first, with the weight, its gradient and its momentum, and nothing fetched."""
+    """Data parallelism on 4 workers holds the weight whole on its owner (the only weight: the first device, as
+    MXNet's device kvstore assigns it): each other device receives it whole and keeps its 4,096 bytes once,
+    though two ops read it (the oracle's count); the worst device is the owner, with the weight, its gradient
+    and its momentum, and nothing fetched."""
     from tests.oracle import count
 
     graph = _shared_weight_graph()

@@ -25,7 +25,7 @@ import os
 
 import pytest
 
-from tests.oracle import count
+from tests.oracle import count, holder_boxes, plan_tables
 from tofu.api import load_graph, load_plan
 from tofu.graph.ir import Role
 from tofu.models import ModelOptions
@@ -45,12 +45,15 @@ def _check(model: str, k: int, algo: str, batch: int | None = None) -> None:
     assert c.shared == pytest.approx(plan.comm_bytes, rel=1e-12, abs=1e-6), (model, k, algo)
     assert c.shared <= c.per_consumer
     # the plan's per-device memory counts the received regions kept for the backward pass (each region a device
-    # receives once), the worst device's: device 0, which also holds every replicated parameter with its
-    # gradient and momentum, or the other device that receives the most
-    whole = 3 * sum(t.nbytes for t in graph.tensors if t.role is Role.PARAM
-                    and all(dict(s.tensor_dims)[t.name] is None for s in plan.steps))
-    first, rest = c.kept_per_device[0], max(c.kept_per_device[1:], default=0.0)
-    assert dict(plan.per_device_bytes)["fetched"] == int(first if first + whole >= rest else rest)
+    # receives once), the worst device's: the one whose parameter pieces (with their gradients and momentum)
+    # and received regions are the most
+    factors, _, dims, _ = plan_tables(graph, plan)
+    held = holder_boxes(graph, factors, dims)
+    owned = [3 * sum(math.prod(b - a for a, b in held[t.id][w]) * t.nbytes // t.size
+                     for t in graph.tensors if t.role is Role.PARAM and w in held[t.id]) for w in range(k)]
+    totals = [o + got for o, got in zip(owned, c.kept_per_device)]
+    worst = {int(c.kept_per_device[w]) for w in range(k) if totals[w] >= max(totals) - 16}
+    assert dict(plan.per_device_bytes)["fetched"] in worst
     assert dict(plan.per_device_bytes)["transient"] == c.largest_buffer
 
 
@@ -99,17 +102,30 @@ def test_the_issue_example_fc2_reading_relu1():
     assert dict(count(graph, plan).by_edge)[("fc2", "relu1_output")] == 96 * 16 * 4 * 2
 
 
-def test_data_parallel_holds_the_weights_whole_on_the_first_device():
-    """wresnet-152-10 at 8 workers: data parallelism, as MXNet's kvstore runs it, holds every weight whole on the
-    first device, with its gradient and momentum; each other device fetches every weight whole for the forward
-    pass and keeps it for the backward pass (the oracle's count: 21.7 GiB of the paper's widened model), and
-    the first device, holding three times that, is the worst. Tofu's plan holds an eighth of each weight."""
+def test_data_parallel_spreads_the_weights_owners_over_the_devices():
+    """wresnet-152-10 at 8 workers: data parallelism holds every weight whole on one owner, with its gradient and
+    momentum, the owners spread as MXNet's device kvstore spreads its keys (largest first, each to the device
+    owning least so far: no device owns more than an eighth plus the largest weight); each device fetches every
+    weight it does not own and keeps it for the backward pass (the oracle's count), and the worst device is the
+    one that owns the most. Tofu's plan holds an eighth of each weight."""
+    from tofu.search.owners import parameter_pieces
+
     graph = load_graph("wresnet-152-10")
     plans = {a: load_plan(graph, 8, a) for a in ("tofu", "data-parallel")}
     tofu, dp = (dict(plans[a].per_device_bytes) for a in ("tofu", "data-parallel"))
-    params = sum(t.nbytes for t in graph.tensors if t.role.name == "PARAM")
+    weights = [t for t in graph.tensors if t.role.name == "PARAM"]
+    params = sum(t.nbytes for t in weights)
+    steps = [dict(s.tensor_dims) for s in plans["data-parallel"].steps]
+    dims = [tuple(s[t.name] for s in steps) for t in graph.tensors]
+    assert all(d is None for t in weights for d in dims[t.id])     # data parallelism holds every weight whole
+    owned = [0] * 8
+    for t, pieces in parameter_pieces(graph, [s.factor for s in plans["data-parallel"].steps], dims).items():
+        assert [box for _, box in pieces] == [tuple((0, n) for n in graph.tensors[t].shape)]
+        owned[pieces[0][0]] += graph.tensors[t].nbytes
+    assert sum(owned) == params and max(owned) <= params / 8 + max(t.nbytes for t in weights)
     kept = count(graph, plans["data-parallel"]).kept_per_device
-    assert kept[0] == 0 and all(v == pytest.approx(params, rel=0.001) for v in kept[1:])
-    assert (dp["params"], dp["grads"], dp["optimizer"]) == pytest.approx((params,) * 3, rel=0.001)
-    assert dp["fetched"] == 0 and dp["total"] > max(kept) + dp["activations"]
+    assert kept == pytest.approx([params - o for o in owned], rel=0.001)
+    worst = max(range(8), key=lambda w: 2 * owned[w] + kept[w])
+    assert (dp["params"], dp["grads"], dp["optimizer"]) == pytest.approx((owned[worst],) * 3, rel=0.001)
+    assert dp["fetched"] == pytest.approx(kept[worst], rel=0.001)
     assert tofu["params"] == pytest.approx(params / 8, rel=0.01)

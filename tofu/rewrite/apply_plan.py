@@ -15,7 +15,8 @@ state) is never moved: a device that reads a region of it runs, itself, the call
 the region meets (their constant inputs likewise), and reads the region from them.
 
 Shard variables (the naming scheme): ``{tensor}@dev{w}`` is device w's box of ``tensor``. A parameter has one
-variable per distinct box, on the first device holding it (devices that hold a replicated parameter read it
+variable per distinct box, on the box's owner among the devices holding it (:mod:`tofu.search.owners`: spread
+over the devices as MXNet's device kvstore spreads its keys; the other holders of a replicated parameter read it
 from there, and their gradients are summed there); data and labels have one on every device (replicas are fed
 the same values); an auxiliary state has one on every device whose op reads it, with the box that op reads.
 MXNet derives the backward pass and runs each backward op on its forward op's device.
@@ -41,6 +42,7 @@ from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
 from tofu.rewrite.comm import Fabric, Held, Lazy, box_shape, intersect, scope
 from tofu.rewrite.machines import MachineStat, machine_mean
 from tofu.search.constants import constant_tensors
+from tofu.search.owners import parameter_pieces
 from tofu.search.plan import Plan
 from tofu.tdl.describe import typed_attrs
 
@@ -119,6 +121,7 @@ class _Rewriter:
         except KeyError as e:
             raise RewriteError(f"the plan does not cover {e} of model '{graph.name}'") from None
         self.coords = [coordinates(w, self.factors) for w in range(self.k)]
+        self.parameters = parameter_pieces(graph, self.factors, self.dims)
         self.fabric = Fabric(self._distance)
         self.held: dict[int, list[Held]] = {}
         self.variables: list[ShardVar] = []
@@ -168,15 +171,9 @@ class _Rewriter:
         return mx.sym.var(name, shape=box_shape(box), attr={"__ctx_group__": f"dev{w}"})
 
     def _variables(self, t: int) -> None:
-        tensor = self.graph.tensors[t]
-        held, seen = [], set()
-        for w in range(self.k):
-            box = self.box(t, w)
-            if tensor.role is Role.PARAM and box in seen:
-                continue            # a replica: read from the first holder
-            seen.add(box)
-            held.append(Held(w, box, (), self._var(t, w, box)))
-        self.held[t] = held
+        pieces = self.parameters[t] if self.graph.tensors[t].role is Role.PARAM else \
+            [(w, self.box(t, w)) for w in range(self.k)]      # a parameter's replicas read it from its owner
+        self.held[t] = [Held(w, box, (), self._var(t, w, box)) for w, box in pieces]
 
     def _aux_input(self, t: int, w: int, piece: InputPiece):
         if piece.box != piece.data:

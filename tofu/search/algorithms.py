@@ -34,6 +34,7 @@ from tofu.search.copies import copies_and_kept
 from tofu.search.dp import solve_dp
 from tofu.search.plan import Plan, PlanStep, per_device_memory
 from tofu.search.recursive import CutStep, factorize, search, total_cost
+from tofu.search.owners import owned_fractions
 
 log = logging.getLogger(__name__)
 
@@ -316,8 +317,10 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                        for s, cost, step_choices in zip(steps, costs, choices))
     if kept is None:        # a plan the runtime cannot run: the search's own count, spread over the devices
         kept = (sum(s.kept_bytes for s in steps) / workers,)
+    owned = owned_fractions(graph, [s.factor for s in steps], [tuple(s.tensor_dims[t.id] for s in steps)
+                                                                for t in graph.tensors])
     memory = per_device_memory(graph, final, fetched=kept if len(kept) == workers else max(kept, default=0.0),
-                               transient=_largest_buffer(graph, steps, final))
+                               transient=_largest_buffer(graph, steps, final), owned=owned)
     return Plan(graph.name, workers, algo, plan_steps, float(sum(costs)), seconds,
                 tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))
 

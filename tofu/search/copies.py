@@ -50,6 +50,7 @@ from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.graph.memory import rule_for
 from tofu.search.constants import constant_tensors
 from tofu.search.cost import allreduce_elements, exchanged_gradients
+from tofu.search.owners import parameter_pieces
 from tofu.graph.gradients import expansion_gradients, gives_gradient
 
 Box = tuple[tuple[int, int], ...]
@@ -143,16 +144,12 @@ class _Replay:
         read = {t for n in graph.nodes for t in n.inputs}
         consumed = read | set(graph.heads)
         held: dict[int, list] = {}     # per tensor: (device, box, partial key, symbol) of every held piece
+        owners = parameter_pieces(graph, self.factors, self.dims)
         for t in graph.tensors:
             if t.producer is None and t.role is not Role.AUX:
-                seen, pieces = set(), []
-                for w in range(self.k):
-                    b = self.box(t.id, w)
-                    if t.role is Role.PARAM and b in seen:
-                        continue            # a replica: read from the first holder
-                    seen.add(b)
-                    pieces.append((w, b, (), self.symbol(needs=t.id in self.grads)))
-                held[t.id] = pieces
+                # a parameter's replicas read it from its owner
+                boxes = owners[t.id] if t.role is Role.PARAM else [(w, self.box(t.id, w)) for w in range(self.k)]
+                held[t.id] = [(w, b, (), self.symbol(needs=t.id in self.grads)) for w, b in boxes]
         exchanges: list[tuple[list[int], float]] = []
         for node in graph.nodes:
             if node.outputs and node.outputs[0] in self.const:

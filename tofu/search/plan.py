@@ -178,20 +178,21 @@ def _integer(v) -> int:
 
 def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
                       estimate: MemoryEstimate | None = None, fetched: float | Sequence[float] = 0.0,
-                      transient: int = 0, workers: int | None = None) -> dict[str, int]:
+                      transient: int = 0, workers: int | None = None,
+                      owned: Sequence[float] | None = None) -> dict[str, int]:
     """The worst device's training memory under a plan: every category of the single-device estimate scaled by
     the fraction of its tensors' bytes that one device holds at the end of the recursion (every device holds
-    a box of the same size of a split tensor, and the first device every replicated one it reads), plus
+    a box of the same size of a split tensor; of the parameters, the pieces it owns, ``owned``: per device the
+    fraction of the parameters' elements, :func:`tofu.search.owners.owned_fractions`), plus
     ``fetched``: the remote regions a device receives for its ops' inputs and keeps until the backward pass
     (all alive when the forward pass ends, where activations peak; each region once, however many ops there
     read it: :func:`tofu.search.copies.copies_and_kept`), and ``transient``: the largest partial sum or
     unconverted output piece the first device computes (one at a time). ``total`` is the sum of these.
 
-    With ``fetched`` per device, the categories are those of the worst device: the first, which holds every
-    replicated parameter (with its gradient and optimizer state: a parameter held whole, as the data-parallel
-    plan holds them, is read from there), or the one of the others that receives the most. With one number
-    (the most any device receives), the first device's categories plus it: above the worst device when that
-    is not the one that receives the most.
+    With ``fetched`` and ``owned`` per device, the categories are those of the worst device (its parameters, their
+    gradients and optimizer state, and what it receives). With one number for ``fetched`` (the most any device
+    receives), the categories of the device that owns the most plus it: above the worst device when that is not
+    the one that receives the most. Without ``owned``, the first device owns every replicated parameter.
     ``workspace`` is the device's own temporary space: the largest request of any op at the shard shapes
     (its ops share one buffer; an im2col buffer of one image does not shrink when the batch is split).
 
@@ -217,9 +218,14 @@ def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
     workspace = largest_workspace(graph, final_shapes)
     per_device = isinstance(fetched, Sequence)
     received = tuple(fetched) if per_device else (fetched,)
-    candidates = [(fraction((Role.PARAM,)), received[0] if received else 0.0)]
-    if per_device and workers > 1:
-        candidates.append((fraction((Role.PARAM,), first=False), max(received[1:], default=0.0)))
+    if owned is None:
+        candidates = [(fraction((Role.PARAM,)), received[0] if received else 0.0)]
+        if per_device and workers > 1:
+            candidates.append((fraction((Role.PARAM,), first=False), max(received[1:], default=0.0)))
+    elif per_device and len(received) == len(owned):
+        candidates = list(zip(owned, received))
+    else:
+        candidates = [(max(owned), max(received, default=0.0))]
     best = None
     for p, got in candidates:
         out = {"params": int(estimate.params * p), "grads": int(estimate.grads * p),

@@ -19,6 +19,7 @@ from tofu.errors import TofuError
 from tofu.graph.attrs import Attrs
 from tofu.graph.ir import Graph, Role
 from tofu.search.constants import constant_tensors
+from tofu.search.owners import parameter_pieces
 from tofu.sim.flops import OpClass, OpWork
 
 _UNDESCRIBED = frozenset({"identity", "_copy", "_zeros", "zeros", "_full", "full"})   # no TDL: data movement
@@ -201,16 +202,12 @@ class _PlanReplay:
         from tofu.graph.ir import LOSS_OPS
 
         held: dict[int, list] = {}
+        owners = parameter_pieces(self.graph, self.factors, self.dims)
         for t in self.graph.tensors:
             if t.producer is None and t.role is not Role.AUX:
-                seen, pieces = set(), []
-                for w in range(self.k):
-                    b = self.box(t.id, w)
-                    if t.role is Role.PARAM and b in seen:
-                        continue
-                    seen.add(b)
-                    pieces.append((w, b, (), self.value(w, 4 * math.prod(_extent(b)), t.id, t.role)))
-                held[t.id] = pieces
+                # a parameter's replicas read it from its owner
+                boxes = owners[t.id] if t.role is Role.PARAM else [(w, self.box(t.id, w)) for w in range(self.k)]
+                held[t.id] = [(w, b, (), self.value(w, 4 * math.prod(_extent(b)), t.id, t.role)) for w, b in boxes]
         self.aux: dict[tuple[int, int], int] = {}
         self.held = held
         self.const = constant_tensors(self.graph)

@@ -1,0 +1,61 @@
+"""Which device holds each piece of a parameter.
+
+A parameter box that several devices hold (the parameter is replicated at some cut) has one variable, on its
+owner: the other holders read it there and send their gradients back, where MXNet sums them and the owner's
+update runs. Owners are spread as MXNet's ``device`` kvstore spreads its keys over the GPUs
+(``KVStoreDevice::InitMergeBuffers``, src/kvstore/kvstore_device.h: keys in decreasing size, each to the context
+with the fewest bytes assigned so far):
+
+    for each parameter piece p in decreasing bytes (then tensor id, then box):
+        owner(p) = argmin_{w holds p} (bytes owned by w so far, w)
+
+so that the data-parallel plan, which holds every weight whole, spreads the weights, their gradients and the
+optimizer state over the devices rather than keeping them all on the first. A box one device alone holds is its
+own. The runtime (:mod:`tofu.rewrite.apply_plan`), the byte count (:mod:`tofu.search.copies`), the plan's
+memory and the simulator all read the owners from here.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from tofu.analysis.compose import held_box
+from tofu.graph.ir import Graph, Role
+
+Box = tuple[tuple[int, int], ...]
+
+
+def parameter_pieces(graph: Graph, factors: Sequence[int],
+                     dims: Sequence[Sequence[int | None]]) -> dict[int, tuple[tuple[int, Box], ...]]:
+    """Per parameter tensor id, its pieces as (owner device, box), in increasing device order: one per distinct
+    box the devices hold under the cuts ``factors``, ``dims[t]`` tensor t's split dimension at each cut."""
+    k = math.prod(factors)
+    holders: list[tuple[int, int, Box, list[int]]] = []     # (bytes, tensor id, box, holding devices)
+    for t in graph.tensors:
+        if t.role is not Role.PARAM:
+            continue
+        boxes: dict[Box, list[int]] = {}
+        for w in range(k):
+            boxes.setdefault(held_box(t.shape, dims[t.id], factors, w), []).append(w)
+        itemsize = np.dtype(t.dtype).itemsize
+        holders += [(math.prod(b - a for a, b in box) * itemsize, t.id, box, ws) for box, ws in boxes.items()]
+    owned = [0] * k
+    pieces: dict[int, list[tuple[int, Box]]] = {}
+    for nbytes, t, box, ws in sorted(holders, key=lambda h: (-h[0], h[1], h[2])):
+        w = min(ws, key=lambda w: (owned[w], w))
+        owned[w] += nbytes
+        pieces.setdefault(t, []).append((w, box))
+    return {t: tuple(sorted(p)) for t, p in pieces.items()}
+
+
+def owned_fractions(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]]) -> tuple[float, ...]:
+    """Per device, the fraction of the parameters' elements it holds as an owner."""
+    k = math.prod(factors)
+    total = sum(t.size for t in graph.tensors if t.role is Role.PARAM)
+    held = [0] * k
+    for pieces in parameter_pieces(graph, factors, dims).values():
+        for w, box in pieces:
+            held[w] += math.prod(b - a for a, b in box)
+    return tuple(h / total if total else 1.0 for h in held)
