@@ -32,9 +32,9 @@ from tofu.graph.ir import Graph
 from tofu.search.coarsen import coarsen
 from tofu.search.copies import copies_and_kept
 from tofu.search.dp import solve_dp
+from tofu.search.owners import owned_fractions
 from tofu.search.plan import Plan, PlanStep, per_device_memory
 from tofu.search.recursive import CutStep, factorize, search, total_cost
-from tofu.search.owners import owned_fractions
 
 log = logging.getLogger(__name__)
 
@@ -319,8 +319,8 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
         kept = (sum(s.kept_bytes for s in steps) / workers,)
     owned = owned_fractions(graph, [s.factor for s in steps], [tuple(s.tensor_dims[t.id] for s in steps)
                                                                 for t in graph.tensors])
-    memory = per_device_memory(graph, final, fetched=kept if len(kept) == workers else max(kept, default=0.0),
-                               transient=_largest_buffer(graph, steps, final), owned=owned)
+    memory = per_device_memory(graph, final, owned, fetched=kept if len(kept) == workers else max(kept, default=0.0),
+                               transient=_largest_buffer(graph, steps, final))
     return Plan(graph.name, workers, algo, plan_steps, float(sum(costs)), seconds,
                 tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))
 

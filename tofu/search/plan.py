@@ -176,10 +176,9 @@ def _integer(v) -> int:
     return v
 
 
-def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
+def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]], owned: Sequence[float],
                       estimate: MemoryEstimate | None = None, fetched: float | Sequence[float] = 0.0,
-                      transient: int = 0, workers: int | None = None,
-                      owned: Sequence[float] | None = None) -> dict[str, int]:
+                      transient: int = 0, workers: int | None = None) -> dict[str, int]:
     """The worst device's training memory under a plan: every category of the single-device estimate scaled by
     the fraction of its tensors' bytes that one device holds at the end of the recursion (every device holds
     a box of the same size of a split tensor; of the parameters, the pieces it owns, ``owned``: per device the
@@ -192,7 +191,7 @@ def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
     With ``fetched`` and ``owned`` per device, the categories are those of the worst device (its parameters, their
     gradients and optimizer state, and what it receives). With one number for ``fetched`` (the most any device
     receives), the categories of the device that owns the most plus it: above the worst device when that is not
-    the one that receives the most. Without ``owned``, the first device owns every replicated parameter.
+    the one that receives the most.
     ``workspace`` is the device's own temporary space: the largest request of any op at the shard shapes
     (its ops share one buffer; an im2col buffer of one image does not shrink when the batch is split).
 
@@ -205,10 +204,9 @@ def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
 
     estimate = estimate or estimate_training_memory(graph)
 
-    def fraction(roles: tuple[Role, ...], first: bool = True) -> float:
+    def fraction(roles: tuple[Role, ...]) -> float:
         full = sum(t.size for t in graph.tensors if t.role in roles)
-        held = sum(math.prod(final_shapes[t.id]) for t in graph.tensors if t.role in roles
-                   and (first or math.prod(final_shapes[t.id]) < t.size))     # a replica: the first device's
+        held = sum(math.prod(final_shapes[t.id]) for t in graph.tensors if t.role in roles)
         return held / full if full else 1.0
 
     if workers is None:
@@ -218,11 +216,7 @@ def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]],
     workspace = largest_workspace(graph, final_shapes)
     per_device = isinstance(fetched, Sequence)
     received = tuple(fetched) if per_device else (fetched,)
-    if owned is None:
-        candidates = [(fraction((Role.PARAM,)), received[0] if received else 0.0)]
-        if per_device and workers > 1:
-            candidates.append((fraction((Role.PARAM,), first=False), max(received[1:], default=0.0)))
-    elif per_device and len(received) == len(owned):
+    if per_device and len(received) == len(owned):
         candidates = list(zip(owned, received))
     else:
         candidates = [(max(owned), max(received, default=0.0))]
