@@ -105,7 +105,6 @@ class _Replay:
         self.boxes: dict[tuple, Box] = {}
         self.box_ids: dict[Box, int] = {}                     # a number for every cell box met
         self.itemsize = [np.dtype(t.dtype).itemsize for t in graph.tensors]
-        self.call_gives: dict[tuple, tuple] = {}            # (op, id of a call, q) -> (the call, its _gives)
 
     def symbol(self, inputs=(), nbytes: float = 0.0, needs: bool = False, gives: Sequence[Gives] | None = None,
                back: float = 0.0) -> int:
@@ -177,7 +176,7 @@ class _Replay:
                             made = self.assembled[key] = self.symbol(got, gives=(RUNS,) * len(got))
                         got = [made]
                     reads += got
-                    gives += [self.gives_of(node.op, call, q)] * len(got)
+                    gives += [_gives(node.op, call, q)] * len(got)
                     if p.input == 0:
                         first += got
                 syms.append(self.symbol(reads, gives=gives))
@@ -214,13 +213,6 @@ class _Replay:
         self.kept_live = {s for s in self.kept if live[s]}
         total = sum(self.nbytes[s] + (self.back[s] if reached[s] else 0.0) for s, on in enumerate(live) if on)
         return total + sum(nbytes for group, nbytes in exchanges if any(live[s] for s in group))
-
-    def gives_of(self, op: str, call, q: int) -> Gives:
-        """:func:`_gives`, once per call object (a signature's calls are shared by its nodes: ``_calls``)."""
-        hit = self.call_gives.get((op, id(call), q))
-        if hit is None or hit[0] is not call:       # the call is kept in the entry: its id stays its own
-            hit = self.call_gives[(op, id(call), q)] = (call, _gives(op, call, q))
-        return hit[1]
 
     def held_piece(self, cells: list[int]) -> int:
         """A holder's piece of an op's output, from the cells of its pieces (several: assembled; one made on the
