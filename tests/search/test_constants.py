@@ -7,10 +7,12 @@ keeps is the parameters' bytes it lacks, counted by hand for data parallelism.
 """
 import json
 import math
+from collections import Counter
 
 import mxnet as mx
 import pytest
 
+from tests.test_cli import run
 from tofu.api import load_graph, partitioned
 from tofu.graph import import_symbol
 from tofu.models import ModelOptions
@@ -85,6 +87,33 @@ def test_no_piece_of_the_causal_mask_crosses_devices(k):
     groups = {n.get("attrs", {}).get("__ctx_group__") for n in json.loads(pg.symbol.tojson())["nodes"]
               if n["op"] == "_arange"}
     assert len(groups) == k
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_a_device_that_reads_all_of_a_constant_runs_its_ops_whole(capsys, k):
+    """Data parallelism reads the whole causal mask on every device: each device runs each of the mask's ops
+    once, on whole shapes (as MXNet's Module does), and assembles no piece of it; the step equals one device's."""
+    graph = load_graph("gpt-tiny", ModelOptions(batch=8))
+    pg = partitioned(graph, plan_graph(graph, k, "data-parallel"))
+    const = constant_tensors(graph)
+    producers = {graph.nodes[graph.tensors[t].producer].name: graph.tensors[t] for t in const}
+    doc = json.loads(pg.symbol.tojson())
+    nodes = doc["nodes"]
+    runs = Counter((n["name"].split("@")[0], n["attrs"]["__ctx_group__"]) for n in nodes
+                   if n["op"] != "null" and n["name"].split("@")[0] in producers)
+    assert runs == {(name, f"dev{w}"): 1 for name in producers for w in range(k)}
+    _, shapes, _ = pg.symbol.get_internals().infer_shape_partial(**pg.shapes())
+    inferred = dict(zip(pg.symbol.get_internals().list_outputs(), shapes))
+    for n in nodes:
+        name = n["name"].split("@")[0]
+        if n["op"] != "null" and name in producers:
+            assert tuple(inferred[n["name"] + "_output"]) == producers[name].shape, n["name"]
+    assemblers = [n for n in nodes if n["op"] in ("Concat", "add_n", "ElementWiseSum")]
+    assert not [n for n in assemblers for j, *_ in n["inputs"] if nodes[j]["name"].split("@")[0] in producers]
+    rc, out, err = run(capsys, "run", "gpt-tiny", "--batch", "8", "--workers", str(k), "--algo", "data-parallel",
+                       "--steps", "2", "--check", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["check_passed"]
 
 
 @pytest.mark.parametrize("model", ["gpt-124m", "gpt-350m"])

@@ -36,10 +36,11 @@ def _compared(program):
             Counter((t.src, t.dst, t.phase, round(t.nbytes)) for t in kept if t.kind is TaskKind.COPY))
 
 
+@pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 @pytest.mark.parametrize("model,k", CASES)
-def test_the_plan_builds_the_program_the_symbol_has(model, k):
+def test_the_plan_builds_the_program_the_symbol_has(model, k, algo):
     graph = _graph(model)
-    plan = plan_graph(graph, k, "tofu")
+    plan = plan_graph(graph, k, algo)
     from_plan = program_from_plan(graph, plan)
     from_symbol = build_program(dataflow_from_symbol(graph, partitioned(graph, plan)), graph, k)
     assert _compared(from_plan) == _compared(from_symbol)

@@ -162,6 +162,15 @@ def compose(view: NodeView, choices: Sequence[OpChoice], factors: Sequence[int])
     return tuple(_compose_worker(view, choices, factors, w) for w in range(k))
 
 
+def whole_call(view: NodeView) -> WorkerCall:
+    """The op run unpartitioned (no cut: worker 0 of one), as a device that needs all of a constant runs it."""
+    return compose(view, (), ())[0]
+
+
+def whole_box(shape: Sequence[int]) -> Box:
+    return tuple((0, n) for n in shape)
+
+
 def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequence[int], w: int) -> WorkerCall:
     n_out = len(view.out_shapes)
     # per view input: (op input position, origin of the view's coordinates in the tensor's, the window of the

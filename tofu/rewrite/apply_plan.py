@@ -12,7 +12,8 @@ are turned into the held boxes (partial results reduce-scattered: each device su
 output that no op reads is handed out as its devices computed it (one copy of each piece of a loss), not
 moved, unless it is left in partial sums. A constant (:mod:`tofu.search.constants`: a causal mask, a zero begin
 state) is never moved: a device that reads a region of it runs, itself, the calls of its producer whose pieces
-the region meets (their constant inputs likewise), and reads the region from them.
+the region meets (their constant inputs likewise), and reads the region from them; a device that reads all of
+it runs its producer whole (as MXNet's data parallelism does), not the pieces.
 
 Shard variables (the naming scheme): ``{tensor}@dev{w}`` is device w's box of ``tensor``. A parameter has one
 variable per distinct box, on the box's owner among the devices holding it (:mod:`tofu.search.owners`: spread
@@ -34,7 +35,7 @@ import mxnet as mx
 import numpy as np
 
 from tofu import registry
-from tofu.analysis.compose import Box, InputPiece, compose, coordinates, held_box
+from tofu.analysis.compose import Box, InputPiece, compose, coordinates, held_box, whole_box as _whole_box, whole_call
 from tofu.analysis.views import NodeView
 from tofu.errors import RewriteError, TofuError
 from tofu.graph.gradients import NO_GRADIENT_OPS, ZERO_GRADIENT_INPUTS
@@ -131,7 +132,8 @@ class _Rewriter:
         self.const = constant_tensors(graph)
         self._const_calls: dict[int, tuple] = {}         # per constant node id: its view's calls
         self._const_pieces: dict[tuple[int, int], list[Held]] = {}
-        self._const_runs: dict[tuple[int, int, int], list] = {}
+        self._const_runs: dict[tuple[int, int | None, int], list] = {}
+        self._const_whole: dict[tuple[int, int], list[Held]] = {}
         self._read: dict[tuple, object] = {}     # (tensor, box, device, data, fill) -> the symbol its readers share
 
     def _distance(self, u: int, w: int) -> int:
@@ -211,7 +213,9 @@ class _Rewriter:
         if key not in self._read:
             name = self.graph.tensors[t].name
             if t in self.const:
-                self._read[key] = self.fabric.gather(name, self._constant(t, w), piece.box, w, piece.data,
+                whole = piece.box == _whole_box(self.graph.tensors[t].shape)
+                self._read[key] = self.fabric.gather(name, self._whole_constant(t, w) if whole else
+                                                     self._constant(t, w), piece.box, w, piece.data,
                                                      piece.fill, reducer=self._const_reducer(t))
             else:
                 self._read[key] = self.fabric.gather(name, self.held[t], piece.box, w, piece.data, piece.fill)
@@ -271,6 +275,31 @@ class _Rewriter:
                      Lazy(lambda c=c: self._run_constant(node, c, w)[o]))
                 for c in sorted(self._const_calls[node.id], key=lambda c: c.worker != w)]   # w's own first
         return self._const_pieces[key]
+
+    def _whole_constant(self, t: int, w: int) -> list[Held]:
+        """The constant tensor t whole, for a reader on device w that reads all of it: its producer run
+        unpartitioned there (its constant inputs likewise) when a gather first reads it, as MXNet's own data
+        parallelism computes it on every device, rather than the plan's pieces assembled."""
+        key = (t, w)
+        if key not in self._const_whole:
+            tensor = self.graph.tensors[t]
+            node = self.graph.nodes[tensor.producer]
+            self._const_whole[key] = [Held(w, _whole_box(tensor.shape), (),
+                                           Lazy(lambda: self._run_whole_constant(node, w)[tensor.output_index]))]
+        return self._const_whole[key]
+
+    def _run_whole_constant(self, node: Node, w: int) -> list:
+        """The constant op ``node`` run whole on device w, named ``{node}@dev{w}<all``."""
+        key = (node.id, None, w)
+        if key not in self._const_runs:
+            call = dataclasses.replace(whole_call(NodeView.of(self.graph, node)), worker=w)
+            args = self._inputs(node, call)
+            name = f"{node.name}@dev{w}<all"
+            with scope(w):
+                sym = _op_function(node.op)(*args, name=name, **call.attrs.to_mxnet())
+            n_visible = len(sym.list_outputs())
+            self._const_runs[key] = _kept([sym[o] if n_visible > 1 else sym for o in range(n_visible)], call, name)
+        return self._const_runs[key]
 
     def _const_reducer(self, t: int) -> str:
         tensor = self.graph.tensors[t]

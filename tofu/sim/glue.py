@@ -11,6 +11,7 @@ call of the op on its pieces: its statistics exchange is left out (docs/sim.md, 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -212,8 +213,8 @@ class _PlanReplay:
         self.held = held
         self.const = constant_tensors(self.graph)
         self.const_calls: dict[int, tuple] = {}
-        self.const_pieces: dict[tuple[int, int], list] = {}
-        self.const_runs: dict[tuple[int, int, int], list[int]] = {}
+        self.const_pieces: dict[tuple, list] = {}
+        self.const_runs: dict[tuple[int, int | None, int], list[int]] = {}
         read = {t for n in self.graph.nodes for t in n.inputs}
         consumed = read | set(self.graph.heads)
         for node in self.graph.nodes:
@@ -257,8 +258,8 @@ class _PlanReplay:
             elif self.graph.tensors[t].role is not Role.AUX:     # assembled once per (region, device), shared
                 key = (t, p.box, device, p.data, p.fill)            # by its readers there (the rewriter's)
                 if key not in self.read:
-                    self.read[key] = self.gather(t, self.constant(t, device) if t in self.const else self.held[t],
-                                                 p.box, device, p.data)
+                    self.read[key] = self.gather(t, self.constant(t, device, p.box) if t in self.const
+                                                 else self.held[t], p.box, device, p.data)
                 args.append(self.read[key])
             else:       # an auxiliary state: a variable of the box the call reads, on its device
                 if (t, device) not in self.aux:
@@ -280,13 +281,21 @@ class _PlanReplay:
                     out[o] = self.emit(device, "_mul_scalar", [piece.box], piece.box, node.outputs[0], (out[o],))
         return out
 
-    def constant(self, t: int, device: int) -> list:
+    def constant(self, t: int, device: int, region) -> list:
         """The pieces of the constant tensor t as its producer's calls make them, each run on ``device`` when a
-        gather there first reads it (the rewriter's ``_constant``: the device's own call first)."""
+        gather there first reads it (the rewriter's ``_constant``: the device's own call first); when
+        ``region`` is all of it, the producer run whole there instead (the rewriter's ``_whole_constant``)."""
+        from tofu.analysis.compose import whole_box
+
+        tensor = self.graph.tensors[t]
+        node = self.graph.nodes[tensor.producer]
+        o = tensor.output_index
+        if region == whole_box(tensor.shape):
+            if (t, device, None) not in self.const_pieces:
+                self.const_pieces[(t, device, None)] = [
+                    (device, region, (), _Lazy(lambda: self.run_constant(node, None, device)[o]))]
+            return self.const_pieces[(t, device, None)]
         if (t, device) not in self.const_pieces:
-            tensor = self.graph.tensors[t]
-            node = self.graph.nodes[tensor.producer]
-            o = tensor.output_index
             calls = sorted(self.const_calls[node.id], key=lambda c: c.worker != device)
             self.const_pieces[(t, device)] = [
                 (device, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial),
@@ -294,8 +303,14 @@ class _PlanReplay:
         return self.const_pieces[(t, device)]
 
     def run_constant(self, node, call, device: int) -> list[int]:
-        key = (node.id, call.worker, device)
+        """``call`` of the constant op ``node`` run on ``device``; None: the op whole (named apart, as glue)."""
+        from tofu.analysis.compose import whole_call
+        from tofu.analysis.views import NodeView
+
+        key = (node.id, call.worker if call is not None else None, device)
         if key not in self.const_runs:
+            if call is None:
+                call = dataclasses.replace(whole_call(NodeView.of(self.graph, node)), worker=-1)
             self.const_runs[key] = self.call(node, call, device)
         return self.const_runs[key]
 
