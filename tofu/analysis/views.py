@@ -119,44 +119,94 @@ def _unread_beside_cut(s: PartitionStrategy, worker: int, call: ShardCall) -> bo
 
 def clear_calls() -> None:
     _CALLS.clear()
+    _TRANSITIONS.clear()
+    _FOLLOWS.clear()
 
 
 def next_view(view: NodeView, s: PartitionStrategy, k: int, worker: int = 0) -> NodeView:
     """The op as ``worker``'s group sees it after the cut: MXNet's kernel call for its shard when there is
     one, else the op on its regions (an expansion's statistics exchange recurs on the smaller problem); with
-    the origins of its pieces in the whole tensors (as :func:`tofu.analysis.compose.compose` places them)."""
+    the origins of its pieces in the whole tensors (as :func:`tofu.analysis.compose.compose` places them).
+
+    What the cut does to the shard and by how much it moves each piece depends on ``s`` and ``worker`` alone
+    (a strategy belongs to one op signature): :func:`_transition`, computed once and applied to every group's
+    view, each at its own origins."""
     if s.var.endswith("*"):        # computed whole on every worker: later cuts do not narrow it
         return dataclasses.replace(view, done=True)
+    key = (id(s), k, worker)
+    hit = _TRANSITIONS.get(key)
+    if hit is None or hit[0] is not s:
+        if len(_TRANSITIONS) > 200_000:
+            _TRANSITIONS.clear()
+        hit = _TRANSITIONS[key] = (s, _transition(view, s, k, worker))
+    t = hit[1]
+    origins = view.in_origins
+    if origins is None:
+        in_origins = t.in_moves
+    else:
+        in_origins = tuple([tuple([a + b for a, b in zip(origins[i], move)])
+                            for i, move in zip(t.positions, t.in_moves)])
+    if t.out_moves is None:
+        out_origins = view.out_origins
+    elif view.out_origins is None:
+        out_origins = t.out_moves
+    else:
+        out_origins = tuple([tuple([a + b for a, b in zip(o, move)]) for o, move in zip(view.out_origins, t.out_moves)])
+    classes = view.out_classes if t.multiplies is None else \
+        tuple([view.classes(i) * m for i, m in enumerate(t.multiplies)])
+    zeroed = tuple([view.zeroed(i) or z for i, z in zip(t.positions, t.zeroes)])
+    inputs = view.inputs if t.positions == tuple(range(len(view.inputs))) else \
+        tuple([view.inputs[i] for i in t.positions])
+    return NodeView(view.op, t.attrs, t.in_shapes, t.out_shapes or view.out_shapes, inputs, view.outputs, in_origins,
+                    out_origins, classes, zeroed, t.done)
+
+
+@dataclass(frozen=True)
+class _Transition:
+    """What a cut does to an op's shard, for one strategy and worker: the shard's attributes and shapes, which
+    of the view's inputs it takes (``positions``) and how far each piece moves against the view's."""
+
+    attrs: object
+    in_shapes: tuple[Shape, ...]
+    out_shapes: tuple[Shape, ...] | None      # None: the view's (a kernel that computes the whole output)
+    positions: tuple[int, ...]
+    in_moves: tuple[Shape, ...]
+    out_moves: tuple[Shape, ...] | None       # None: the view's origins stay
+    multiplies: tuple[int, ...] | None        # per output, the factor of its partial-sum classes (None: stay)
+    zeroes: tuple[bool, ...]                  # per taken input: passed as zeros from now on
+    done: bool
+
+
+_TRANSITIONS: dict[tuple, tuple[PartitionStrategy, _Transition]] = {}
+
+
+def _transition(view: NodeView, s: PartitionStrategy, k: int, worker: int) -> _Transition:
     desc = view.describe()
     call = None if s.exchanges else kernel_call(view.op, view.attrs, desc, s, worker)
     produced = s.output_regions[worker]
-    outs = tuple(r.shape for r in produced)
-    out_origins = tuple(tuple(o + (r.bounds[p.dim][0] if isinstance(p, SplitDim) and d == p.dim else 0)
-                              for d, o in enumerate(view.origin(i, True)))
-                        for i, (r, p) in enumerate(zip(produced, s.outputs)))
-    classes = tuple(view.classes(i) * (k if isinstance(p, PartialSum) else 1) for i, p in enumerate(s.outputs))
+    multiplies = tuple(k if isinstance(p, PartialSum) else 1 for p in s.outputs)
     if call is not None:
-        in_origins = tuple(tuple(o + lo - (pad[0] if call.padded else 0)
-                                 for o, (lo, _), pad in zip(view.origin(i), r.bounds, r.pad))
-                           for i, r in zip(call.inputs, call.regions))
-        zeroed = tuple(view.zeroed(i) or i in call.zeroed for i in call.inputs)
+        moves = tuple(tuple(lo - (pad[0] if call.padded else 0) for (lo, _), pad in zip(r.bounds, r.pad))
+                      for r in call.regions)
+        zeroes = tuple(i in call.zeroed for i in call.inputs)
         if call.crop:       # the kernel computes the whole output: later cuts do not narrow it (as compose)
-            return NodeView(view.op, call.attrs, call.input_shapes(), view.out_shapes,
-                            tuple(view.inputs[i] for i in call.inputs), view.outputs, in_origins, view.out_origins,
-                            view.out_classes, zeroed, done=True)
+            return _Transition(call.attrs, call.input_shapes(), None, tuple(call.inputs), moves, None, None, zeroes,
+                               True)
+        out_moves = tuple(tuple(r.bounds[p.dim][0] if isinstance(p, SplitDim) and d == p.dim else 0
+                                for d in range(len(r.bounds)))
+                          for r, p in zip(produced, s.outputs))
         # a kernel that computes more than the worker's part keeps it: later cuts do not narrow it either
-        return NodeView(view.op, call.attrs, call.input_shapes(), outs, tuple(view.inputs[i] for i in call.inputs),
-                        view.outputs, in_origins, out_origins, classes, zeroed, done=call.keep is not None)
+        return _Transition(call.attrs, call.input_shapes(), tuple(r.shape for r in produced), tuple(call.inputs),
+                           moves, out_moves, multiplies, zeroes, call.keep is not None)
     # an input the strategy does not read keeps its shape (the op still takes it)
     regions = s.input_regions[worker]
     shapes = tuple(r.shape if r is not None else shape for r, shape in zip(regions, view.in_shapes))
-    in_origins = tuple(view.origin(i) if r is None else tuple(o + lo for o, (lo, _) in zip(view.origin(i), r.bounds))
-                       for i, r in enumerate(regions))
-    out_origins = tuple(tuple(o + lo for o, (lo, _) in zip(view.origin(i, True), r.bounds))
-                        for i, r in enumerate(produced))
-    zeroed = tuple(view.zeroed(i) or (worker > 0 and i in s.once_inputs) for i in range(len(regions)))
-    return NodeView(view.op, view.attrs, shapes, outs, view.inputs, view.outputs, in_origins, out_origins, classes,
-                    zeroed)
+    moves = tuple((0,) * len(shape) if r is None else tuple(lo for lo, _ in r.bounds)
+                  for r, shape in zip(regions, view.in_shapes))
+    out_moves = tuple(tuple(lo for lo, _ in r.bounds) for r in produced)
+    zeroes = tuple(worker > 0 and i in s.once_inputs for i in range(len(regions)))
+    return _Transition(view.attrs, shapes, tuple(r.shape for r in produced), tuple(range(len(regions))), moves,
+                       out_moves, multiplies, zeroes, False)
 
 
 def follow_view(view: NodeView, d: int | None, f: int, worker: int = 0) -> NodeView:
@@ -164,17 +214,29 @@ def follow_view(view: NodeView, d: int | None, f: int, worker: int = 0) -> NodeV
     output (its other inputs, a broadcast operand, unchanged)."""
     if d is None:
         return view
-    out = view.out_shapes[0]
-    step = out[d] // f
+    key = (view.in_shapes, view.out_shapes, d, f, worker)
+    hit = _FOLLOWS.get(key)
+    if hit is None:
+        out = view.out_shapes[0]
+        step = out[d] // f
+        cut = tuple(step if i == d else n for i, n in enumerate(out))
+        move = tuple(worker * step if i == d else 0 for i in range(len(out)))
+        hit = tuple((cut, move) if shape == out else (shape, None) for shape in view.in_shapes), \
+            tuple((cut, move) if shape == out else (shape, None) for shape in view.out_shapes)
+        if len(_FOLLOWS) > 100_000:
+            _FOLLOWS.clear()
+        _FOLLOWS[key] = hit
+    ins, outs = hit
 
-    def cut(shape, origin):
-        if tuple(shape) != tuple(out):
-            return shape, origin
-        return (tuple(step if i == d else n for i, n in enumerate(shape)),
-                tuple(x + (worker * step if i == d else 0) for i, x in enumerate(origin)))
+    def moved(origins, cuts):
+        if origins is None:
+            return tuple([move or (0,) * len(shape) for shape, move in cuts])
+        return tuple([o if move is None else tuple([a + b for a, b in zip(o, move)])
+                      for o, (_, move) in zip(origins, cuts)])
 
-    ins = [cut(s, view.origin(i)) for i, s in enumerate(view.in_shapes)]
-    outs = [cut(s, view.origin(i, True)) for i, s in enumerate(view.out_shapes)]
-    return NodeView(view.op, view.attrs, tuple(s for s, _ in ins), tuple(s for s, _ in outs), view.inputs,
-                    view.outputs, tuple(o for _, o in ins), tuple(o for _, o in outs), view.out_classes,
+    return NodeView(view.op, view.attrs, tuple([c for c, _ in ins]), tuple([c for c, _ in outs]), view.inputs,
+                    view.outputs, moved(view.in_origins, ins), moved(view.out_origins, outs), view.out_classes,
                     view.in_zeroed)
+
+
+_FOLLOWS: dict[tuple, tuple] = {}
