@@ -116,6 +116,30 @@ def test_a_device_that_reads_all_of_a_constant_runs_its_ops_whole(capsys, k):
     assert json.loads(out)["check_passed"]
 
 
+@pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
+def test_a_constant_read_whole_and_in_pieces_on_one_device_trains_equal_to_one_device(capsys, tmp_path, algo):
+    """A ramp read whole (a broadcast row) and, through a constant product with a batch dimension, in pieces;
+    a multi-output constant (split) read by piece: under the tofu plan at k = 4 some device runs the ramp both
+    whole and as another's piece."""
+    x, w = mx.sym.var("data"), mx.sym.var("w")
+    row = mx.sym.reshape(mx.sym.arange(0, 16, name="ramp"), shape=(1, 16), name="row")
+    scaled = mx.sym.broadcast_mul(mx.sym.ones(shape=(8, 16), name="ones"), row, name="scaled")
+    parts = mx.sym.split(scaled, num_outputs=2, axis=1, name="parts")
+    a = mx.sym.broadcast_add(mx.sym.FullyConnected(x, weight=w, num_hidden=16, no_bias=True, name="fc"), row,
+                             name="a") * scaled
+    c = mx.sym.concat(a.slice_axis(axis=1, begin=0, end=8) + parts[0],
+                      a.slice_axis(axis=1, begin=8, end=16) * parts[1], dim=1, name="c")
+    path = tmp_path / "const.json"
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(c)), name="loss").save(str(path))
+    graph = load_graph(str(path), shapes={"data": (8, 16)})
+    names = [n["name"] for n in json.loads(partitioned(graph, plan_graph(graph, 4, algo)).symbol.tojson())["nodes"]]
+    assert any(n.endswith("<all") for n in names)       # some device runs a constant whole
+    rc, out, err = run(capsys, "run", str(path), "--shape", "data=8,16", "--workers", "4", "--algo", algo,
+                       "--steps", "2", "--check", "--json")
+    assert rc == 0, err
+    assert json.loads(out)["check_passed"]
+
+
 @pytest.mark.parametrize("model", ["gpt-124m", "gpt-350m"])
 @pytest.mark.parametrize("k", [2, 4, 8])
 def test_paper_size_gpt_plans_move_no_mask_bytes(model, k):
