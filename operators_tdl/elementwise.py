@@ -15,7 +15,7 @@ Families (each op registered on its own, through a small factory per family):
   logical ops (_logical_and, _logical_or, _logical_xor);
 - broadcast: broadcast_add, broadcast_sub, broadcast_mul, broadcast_div, broadcast_maximum, broadcast_minimum,
   broadcast_power, broadcast_hypot, broadcast_mod, and the broadcast comparisons and logical ops;
-- others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, Cast, MakeLoss, make_loss, _zeros, _ones
+- others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, Cast, MakeLoss, make_loss, _zeros, _ones, _full
   (no inputs).
 
 Comparisons and logical ops give 1.0 where they hold and 0.0 elsewhere, in the input's type (as MXNet's
@@ -499,6 +499,22 @@ def _fill_op(op: str, value: float) -> None:
 
 _fill_op("_zeros", 0.0)
 _fill_op("_ones", 1.0)
+
+
+@dataclass(frozen=True)
+class FullAttrs:
+    shape: tuple[int, ...]
+    value: float
+    dtype: str = "float32"
+
+
+@tdl_op("_full", inputs=(), attrs=FullAttrs, cases=[
+    Case(shapes=(), attrs={"shape": (3, 4), "value": 0.5}),
+    Case(shapes=(), attrs={"shape": (2, 3, 1), "value": -2}),
+])
+def full(attrs: FullAttrs):
+    """out[i] = value for i in the attribute shape (no inputs)."""
+    return lambda *i: attrs.value
 
 
 @tdl_op("_contrib_div_sqrt_dim", inputs=("data",), cases=[

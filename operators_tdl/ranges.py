@@ -28,3 +28,42 @@ def arange(attrs: ArangeAttrs):
     if attrs.repeat < 1:
         raise TDLError(f"_arange: repeat {attrs.repeat} must be positive")
     return lambda i: IndexValue(i // attrs.repeat) * attrs.step + attrs.start
+
+
+@dataclass(frozen=True)
+class LinspaceAttrs:
+    start: float
+    stop: float
+    num: int
+    endpoint: bool = True
+    dtype: str = "float32"
+
+
+@tdl_op("_linspace", inputs=(), attrs=LinspaceAttrs, cases=[
+    Case(shapes=(), attrs={"start": 0, "stop": 1, "num": 5}),
+    Case(shapes=(), attrs={"start": -2, "stop": 4, "num": 6, "endpoint": False}),
+])
+def linspace(attrs: LinspaceAttrs):
+    """out[i] = start + i * (stop - start) / (num - 1), or / num without the endpoint (no inputs)."""
+    if attrs.num < 1:
+        raise TDLError(f"_linspace: num {attrs.num} must be positive")
+    steps = attrs.num - 1 if attrs.endpoint and attrs.num > 1 else attrs.num
+    return lambda i: IndexValue(i) * ((attrs.stop - attrs.start) / steps) + attrs.start
+
+
+@dataclass(frozen=True)
+class EyeAttrs:
+    N: int
+    M: int = 0
+    k: int = 0
+    dtype: str = "float32"
+
+
+@tdl_op("_eye", inputs=(), attrs=EyeAttrs, cases=[
+    Case(shapes=(), attrs={"N": 4}),
+    Case(shapes=(), attrs={"N": 3, "M": 5, "k": 1}),
+    Case(shapes=(), attrs={"N": 5, "M": 4, "k": -2}),
+])
+def eye(attrs: EyeAttrs):
+    """out[i, j] = 1 where j - i = k, else 0: an N x M (M = 0: N x N) matrix with ones on diagonal k."""
+    return lambda i, j: where(eq(IndexValue(j - i), attrs.k), 1.0, 0.0)
