@@ -1,10 +1,12 @@
-"""TDL descriptions of the range family: input-less tensors whose values are their own index.
+"""TDL descriptions of the range family: tensors whose values are their own index.
 
 ``_arange`` (``mx.sym.arange``): the value is an affine function of the (repeated) position, so a split of
-the output needs no input and no exchange; models use it for positions and causal masks.
+the output needs no input and no exchange; models use it for positions and causal masks. ``_linspace`` and
+``_eye`` likewise; ``_contrib_arange_like`` takes its extents from an input's shape.
 """
 from __future__ import annotations
 
+from operators_tdl.shape import _ravel
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
@@ -67,3 +69,33 @@ class EyeAttrs:
 def eye(attrs: EyeAttrs):
     """out[i, j] = 1 where j - i = k, else 0: an N x M (M = 0: N x N) matrix with ones on diagonal k."""
     return lambda i, j: where(eq(IndexValue(j - i), attrs.k), 1.0, 0.0)
+
+
+@dataclass(frozen=True)
+class ArangeLikeAttrs:
+    start: float = 0.0
+    step: float = 1.0
+    repeat: int = 1
+    axis: int | None = None
+
+
+@tdl_op("_contrib_arange_like", inputs=("data",), attrs=ArangeLikeAttrs, cases=[
+    Case(shapes=((2, 3),)),
+    Case(shapes=((2, 5, 3),), attrs={"axis": 1, "start": 1.5, "step": 2}),
+    Case(shapes=((4, 2),), attrs={"repeat": 2, "step": -1}),
+    Case(shapes=((3, 4),), attrs={"axis": -1}),
+])
+def arange_like(data: TensorVar, attrs: ArangeLikeAttrs):
+    """out[o] = start + (p // repeat) * step, p the row-major position of o in data (out shaped like data), or
+    out[i] likewise along data's ``axis`` (out of that extent); only data's shape matters: its elements are
+    declared read (``uses``) for their positions."""
+    if attrs.repeat < 1:
+        raise TDLError(f"_contrib_arange_like: repeat {attrs.repeat} must be positive")
+    if attrs.axis is None:
+        return lambda *o: uses(IndexValue(_ravel(o, data.shape) // attrs.repeat) * attrs.step + attrs.start,
+                               data[o])
+    if not -data.ndim <= attrs.axis < data.ndim:
+        raise TDLError(f"_contrib_arange_like: axis {attrs.axis} is out of range for rank {data.ndim}")
+    axis = attrs.axis % data.ndim
+    return lambda i: uses(IndexValue(i // attrs.repeat) * attrs.step + attrs.start,
+                          data[tuple(i if d == axis else 0 for d in range(data.ndim))])

@@ -1,6 +1,6 @@
 """TDL descriptions of the shape family: data movement without arithmetic.
 
-Ops: Reshape, Flatten, transpose, SwapAxis, Concat, SliceChannel, slice_axis, slice, expand_dims, squeeze,
+Ops: Reshape, Flatten, transpose, SwapAxis, Concat, SliceChannel, _split_v2, slice_axis, slice, expand_dims, squeeze,
 stack, tile, repeat, broadcast_to, broadcast_axis, broadcast_like, reshape_like, slice_like, reverse,
 depth_to_space, space_to_depth, diag. Each output element reads one input element; wherever a dimension maps
 onto a dimension, it is indexed directly (affine), and only dimensions whose extents are regrouped (Reshape's
@@ -174,6 +174,45 @@ def slice_channel(data: TensorVar, attrs: SliceChannelAttrs) -> tuple[Callable, 
             return lambda *o: data[(*o[:axis], k, *o[axis:])]
         return lambda *o: data[_replace(o, axis, k * n + o[axis])]
     return tuple(part(k) for k in range(attrs.num_outputs))
+
+
+@dataclass(frozen=True)
+class SplitV2Attrs:
+    indices: tuple[int, ...]
+    axis: int = 0
+    squeeze_axis: bool = False
+    sections: int = 0
+
+
+@tdl_op("_split_v2", inputs=("data",), attrs=SplitV2Attrs, cases=[
+    Case(shapes=((2, 6, 2),), attrs={"indices": (), "sections": 3, "axis": 1}),
+    Case(shapes=((2, 6, 2),), attrs={"indices": (0, 1, 3), "axis": 1}),
+    Case(shapes=((3, 2, 4),), attrs={"indices": (0, 1, 2), "axis": 0, "squeeze_axis": True}),
+    Case(shapes=((2, 6),), attrs={"indices": (), "sections": 2, "axis": -1}),
+])
+def split_v2(data: TensorVar, attrs: SplitV2Attrs) -> tuple[Callable, ...]:
+    """out_k[..., j, ...] = data[..., s_k + j, ...], the sections starting at s_k: ``indices`` (MXNet's front end
+    passes them with a leading 0), or ``sections`` equal parts; squeeze_axis drops the axis from sections of
+    extent 1."""
+    axis = _axis(attrs.axis, data.ndim, "_split_v2")
+    n = data.shape[axis]
+    if attrs.sections > 0:
+        if n % attrs.sections:
+            raise TDLError(f"_split_v2: {attrs.sections} sections do not divide extent {n}")
+        starts = tuple(range(0, n, n // attrs.sections))
+    else:
+        starts = tuple(attrs.indices)
+        if not starts or starts[0] != 0 or any(b <= a for a, b in zip(starts, starts[1:])) or starts[-1] >= n:
+            raise TDLError(f"_split_v2: indices {starts} must rise from 0 inside extent {n}")
+    ends = (*starts[1:], n)
+    if attrs.squeeze_axis and any(b - a != 1 for a, b in zip(starts, ends)):
+        raise TDLError("_split_v2: squeeze_axis needs every section of extent 1")
+
+    def part(start: int) -> Callable:
+        if attrs.squeeze_axis:
+            return lambda *o: data[(*o[:axis], start, *o[axis:])]
+        return lambda *o: data[_replace(o, axis, start + o[axis])]
+    return tuple(part(a) for a in starts)
 
 
 @dataclass(frozen=True)

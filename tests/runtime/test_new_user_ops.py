@@ -1,0 +1,41 @@
+"""Models a new user built with ops described here later (``_eye``, ``_linspace``, ``_full``, ``_split_v2``,
+``_contrib_arange_like``): refused before, they train partitioned equal to one device (``tofu run --check``,
+the one-device run being the reference)."""
+import json
+
+import mxnet as mx
+import pytest
+
+from tests.test_cli import run
+
+
+def _constants(path):
+    x, w = mx.sym.var("data"), mx.sym.var("w")                       # data (8, 16)
+    h = mx.sym.dot(mx.sym.FullyConnected(x, weight=w, num_hidden=16, no_bias=True, name="fc"), mx.sym.eye(16))
+    lin = mx.sym.reshape(mx.sym.linspace(0, 1, 16), shape=(1, 16))
+    h = mx.sym.broadcast_add(mx.sym.broadcast_mul(h, mx.sym.full(shape=(1, 16), val=0.5)), lin)
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(h)), name="loss").save(str(path))
+    return "data=8,16"
+
+
+def _splits(path):
+    x, w = mx.sym.var("data"), mx.sym.var("w")                       # data (8, 6, 16)
+    h = mx.sym.FullyConnected(x, weight=w, num_hidden=24, no_bias=True, flatten=False, name="fc")
+    a, b, c = mx.sym.split_v2(h, (8, 12), axis=2)                    # 8, 4 and 12 wide
+    pos = mx.sym.reshape(mx.sym.contrib.arange_like(h, axis=1), shape=(1, 6, 1))
+    ramp = mx.sym.contrib.arange_like(a)
+    y = mx.sym.concat(mx.sym.broadcast_add(a, pos) * 0.01 + ramp * 0.001, b * 2, mx.sym.tanh(c), dim=2)
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(y)), name="loss").save(str(path))
+    return "data=8,6,16"
+
+
+@pytest.mark.parametrize("build", [_constants, _splits], ids=["eye-linspace-full", "split_v2-arange_like"])
+@pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
+def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
+    path = tmp_path / "model.json"
+    shape = build(path)
+    rc, out, err = run(capsys, "run", str(path), "--shape", shape, "--workers", "4", "--algo", algo, "--steps", "2",
+                       "--check", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["check_passed"] and doc["gradient_max_rel_diff"] < 1e-4
