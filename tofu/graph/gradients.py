@@ -21,10 +21,11 @@ ZERO_GRADIENT_OPS = frozenset({
     "_greater_scalar", "_greater_equal_scalar", "_lesser_scalar", "_lesser_equal_scalar", "_logical_and",
     "_logical_or", "_logical_xor", "_logical_and_scalar", "_logical_or_scalar", "_logical_xor_scalar",
     "broadcast_equal", "broadcast_not_equal", "broadcast_greater", "broadcast_greater_equal", "broadcast_lesser",
-    "broadcast_lesser_equal", "broadcast_logical_and", "broadcast_logical_or", "broadcast_logical_xor"})
+    "broadcast_lesser_equal", "broadcast_logical_and", "broadcast_logical_or", "broadcast_logical_xor",
+    "_contrib_arange_like"})
 """Ops whose gradient to every input is MXNet's zero (their FGradient is ``MakeZeroGradNodes``: a ``zeros_like``
 node, not a backward): nothing they read gets a gradient through them (an index read by ``one_hot``, what
-``BlockGrad`` stops, a comparison's operands)."""
+``BlockGrad`` stops, a comparison's operands, an input ``arange_like`` reads for its shape)."""
 
 ZERO_GRADIENT_INPUTS = {"pick": frozenset({1}), "gather_nd": frozenset({1}), "broadcast_like": frozenset({1}),
                         "reshape_like": frozenset({1}), "where": frozenset({0})}
