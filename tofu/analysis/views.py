@@ -155,8 +155,7 @@ def next_view(view: NodeView, s: PartitionStrategy, k: int, worker: int = 0) -> 
     classes = view.out_classes if t.multiplies is None else \
         tuple([view.classes(i) * m for i, m in enumerate(t.multiplies)])
     zeroed = tuple([view.zeroed(i) or z for i, z in zip(t.positions, t.zeroes)])
-    inputs = view.inputs if t.positions == tuple(range(len(view.inputs))) else \
-        tuple([view.inputs[i] for i in t.positions])
+    inputs = view.inputs if t.all_inputs else tuple([view.inputs[i] for i in t.positions])
     return NodeView(view.op, t.attrs, t.in_shapes, t.out_shapes or view.out_shapes, inputs, view.outputs, in_origins,
                     out_origins, classes, zeroed, t.done)
 
@@ -175,6 +174,7 @@ class _Transition:
     multiplies: tuple[int, ...] | None        # per output, the factor of its partial-sum classes (None: stay)
     zeroes: tuple[bool, ...]                  # per taken input: passed as zeros from now on
     done: bool
+    all_inputs: bool = True                   # positions are every input of the view, in order
 
 
 _TRANSITIONS: dict[tuple, tuple[PartitionStrategy, _Transition]] = {}
@@ -189,15 +189,16 @@ def _transition(view: NodeView, s: PartitionStrategy, k: int, worker: int) -> _T
         moves = tuple(tuple(lo - (pad[0] if call.padded else 0) for (lo, _), pad in zip(r.bounds, r.pad))
                       for r in call.regions)
         zeroes = tuple(i in call.zeroed for i in call.inputs)
+        every = tuple(call.inputs) == tuple(range(len(view.in_shapes)))
         if call.crop:       # the kernel computes the whole output: later cuts do not narrow it (as compose)
             return _Transition(call.attrs, call.input_shapes(), None, tuple(call.inputs), moves, None, None, zeroes,
-                               True)
+                               True, every)
         out_moves = tuple(tuple(r.bounds[p.dim][0] if isinstance(p, SplitDim) and d == p.dim else 0
                                 for d in range(len(r.bounds)))
                           for r, p in zip(produced, s.outputs))
         # a kernel that computes more than the worker's part keeps it: later cuts do not narrow it either
         return _Transition(call.attrs, call.input_shapes(), tuple(r.shape for r in produced), tuple(call.inputs),
-                           moves, out_moves, multiplies, zeroes, call.keep is not None)
+                           moves, out_moves, multiplies, zeroes, call.keep is not None, every)
     # an input the strategy does not read keeps its shape (the op still takes it)
     regions = s.input_regions[worker]
     shapes = tuple(r.shape if r is not None else shape for r, shape in zip(regions, view.in_shapes))

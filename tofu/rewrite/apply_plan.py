@@ -285,21 +285,8 @@ class _Rewriter:
             tensor = self.graph.tensors[t]
             node = self.graph.nodes[tensor.producer]
             self._const_whole[key] = [Held(w, _whole_box(tensor.shape), (),
-                                           Lazy(lambda: self._run_whole_constant(node, w)[tensor.output_index]))]
+                                           Lazy(lambda: self._run_constant(node, None, w)[tensor.output_index]))]
         return self._const_whole[key]
-
-    def _run_whole_constant(self, node: Node, w: int) -> list:
-        """The constant op ``node`` run whole on device w, named ``{node}@dev{w}<all``."""
-        key = (node.id, None, w)
-        if key not in self._const_runs:
-            call = dataclasses.replace(whole_call(NodeView.of(self.graph, node)), worker=w)
-            args = self._inputs(node, call)
-            name = f"{node.name}@dev{w}<all"
-            with scope(w):
-                sym = _op_function(node.op)(*args, name=name, **call.attrs.to_mxnet())
-            n_visible = len(sym.list_outputs())
-            self._const_runs[key] = _kept([sym[o] if n_visible > 1 else sym for o in range(n_visible)], call, name)
-        return self._const_runs[key]
 
     def _const_reducer(self, t: int) -> str:
         tensor = self.graph.tensors[t]
@@ -307,14 +294,19 @@ class _Rewriter:
 
     def _run_constant(self, node: Node, call, w: int) -> list:
         """Worker ``call.worker``'s call of the constant op ``node``, run on device w (its inputs, constant too,
-        made there): named as w's own call when it is, else ``{node}@dev{w}<{worker}``."""
-        key = (node.id, call.worker, w)
+        made there): named as w's own call when it is, else ``{node}@dev{w}<{worker}``; ``call`` None: the op
+        run whole, ``{node}@dev{w}<all``."""
+        key = (node.id, call.worker if call is not None else None, w)
         if key not in self._const_runs:
-            here = dataclasses.replace(call, worker=w)
+            if call is None:
+                here, name = dataclasses.replace(whole_call(NodeView.of(self.graph, node)), worker=w), \
+                    f"{node.name}@dev{w}<all"
+            else:
+                here = dataclasses.replace(call, worker=w)
+                name = f"{node.name}@dev{w}" if call.worker == w else f"{node.name}@dev{w}<{call.worker}"
             args = self._inputs(node, here)
-            name = f"{node.name}@dev{w}" if call.worker == w else f"{node.name}@dev{w}<{call.worker}"
             with scope(w):
-                sym = _op_function(node.op)(*args, name=name, **call.attrs.to_mxnet())
+                sym = _op_function(node.op)(*args, name=name, **here.attrs.to_mxnet())
             n_visible = len(sym.list_outputs())
             self._const_runs[key] = _kept([sym[o] if n_visible > 1 else sym for o in range(n_visible)], here, name)
         return self._const_runs[key]
