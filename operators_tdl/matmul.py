@@ -1,4 +1,5 @@
-"""TDL descriptions of the matrix-product family: FullyConnected, dot, batch_dot.
+"""TDL descriptions of the matrix-product family: FullyConnected, dot, batch_dot, and the interleaved attention
+products of MXNet's contrib (``_contrib_interleaved_matmul_{selfatt,encdec}_{qk,valatt}``).
 
 Each is one sum over the contracted index. Inputs of any rank keep one index variable per dimension, so every
 access stays affine: FullyConnected with ``flatten=True`` contracts one variable per flattened input dimension
@@ -7,6 +8,8 @@ access stays affine: FullyConnected with ``flatten=True`` contracts one variable
 ``nary`` (tofu.tdl.expr) builds the reduction lambdas whose number of parameters depends on a rank.
 """
 from __future__ import annotations
+
+import math
 
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
@@ -78,3 +81,82 @@ def batch_dot(lhs: TensorVar, rhs: TensorVar, attrs: DotAttrs):
     a_at = (lambda b, m, k: lhs[(*b, k, m)]) if attrs.transpose_a else (lambda b, m, k: lhs[(*b, m, k)])
     b_at = (lambda b, n, k: rhs[(*b, n, k)]) if attrs.transpose_b else (lambda b, n, k: rhs[(*b, k, n)])
     return lambda *i: Sum(lambda k: a_at(i[:-2], i[-2], k) * b_at(i[:-2], i[-1], k))
+
+
+# ------------------------------------------------------------------------------------------------------------
+# The interleaved attention products of MXNet's contrib (BERT's self-attention in GluonNLP): the projections are
+# laid out per head, (heads, 3, d) for self-attention's queries, keys and values, (heads, 2, d) for
+# encoder-decoder keys and values, along the last axis of a time-major (seq, batch, .) tensor; scores are
+# (batch * heads, q_seq, kv_seq), row b * heads + h. MXNet's kernel takes the projections' last axis whole (it
+# strides over the interleaved layout), so each description also reads the slots it does not multiply
+# (``uses``): a shard's input is whole along that axis, and the bytes of those slots are charged. The head of a
+# score row is a modulo: split along that axis, a shard reads every head of its batch rows (the bounding box).
+
+@dataclass(frozen=True)
+class HeadsAttrs:
+    heads: int
+
+
+def _heads(x: TensorVar, heads: int, per_head: int, op: str) -> int:
+    """The head width d of ``x``'s last axis, laid out as (heads, per_head, d)."""
+    width = x.shape[-1]
+    if x.ndim != 3 or heads < 1 or width % (heads * per_head):
+        raise TDLError(f"{op}: the last axis ({width}) is not {heads} heads x {per_head} x d")
+    return width // (heads * per_head)
+
+
+@tdl_op("_contrib_interleaved_matmul_selfatt_qk", inputs=("queries_keys_values",), attrs=HeadsAttrs, cases=[
+    Case(shapes=((4, 2, 24),), attrs={"heads": 2}),
+    Case(shapes=((3, 4, 18),), attrs={"heads": 3}),
+])
+def interleaved_selfatt_qk(qkv: TensorVar, attrs: HeadsAttrs):
+    """out[b H + h, i, j] = sum_e qkv[i, b, (3 h) d + e] * qkv[j, b, (3 h + 1) d + e] / sqrt(d), H heads of
+    width d: each head's queries against its keys, the queries scaled."""
+    d, h = _heads(qkv, attrs.heads, 3, "_contrib_interleaved_matmul_selfatt_qk"), attrs.heads
+    scale = 1.0 / math.sqrt(d)
+    return lambda bh, i, j: Sum(lambda e: uses(qkv[i, bh // h, (bh % h) * 3 * d + e] * scale
+                                               * qkv[j, bh // h, (bh % h) * 3 * d + d + e],
+                                               qkv[j, bh // h, (bh % h) * 3 * d + 2 * d + e]), extents=(d,))
+
+
+@tdl_op("_contrib_interleaved_matmul_selfatt_valatt", inputs=("queries_keys_values", "attention"),
+        attrs=HeadsAttrs, cases=[
+            Case(shapes=((4, 2, 24), (4, 4, 4)), attrs={"heads": 2}),
+            Case(shapes=((3, 4, 18), (12, 3, 3)), attrs={"heads": 3}),
+        ])
+def interleaved_selfatt_valatt(qkv: TensorVar, attention: TensorVar, attrs: HeadsAttrs):
+    """out[i, b, h d + e] = sum_j attention[b H + h, i, j] * qkv[j, b, (3 h + 2) d + e]: each head's attention
+    over its values, the heads side by side."""
+    d, h = _heads(qkv, attrs.heads, 3, "_contrib_interleaved_matmul_selfatt_valatt"), attrs.heads
+    return lambda i, b, he: Sum(lambda j: uses(attention[b * h + he // d, i, j]
+                                               * qkv[j, b, (he // d) * 3 * d + 2 * d + he % d],
+                                               qkv[j, b, (he // d) * 3 * d + he % d],
+                                               qkv[j, b, (he // d) * 3 * d + d + he % d]))
+
+
+@tdl_op("_contrib_interleaved_matmul_encdec_qk", inputs=("queries", "keys_values"), attrs=HeadsAttrs, cases=[
+    Case(shapes=((4, 2, 8), (5, 2, 16)), attrs={"heads": 2}),
+    Case(shapes=((3, 3, 9), (2, 3, 18)), attrs={"heads": 3}),
+])
+def interleaved_encdec_qk(queries: TensorVar, keys_values: TensorVar, attrs: HeadsAttrs):
+    """out[b H + h, i, j] = sum_e queries[i, b, h d + e] * keys_values[j, b, (2 h) d + e] / sqrt(d)."""
+    d, h = _heads(queries, attrs.heads, 1, "_contrib_interleaved_matmul_encdec_qk"), attrs.heads
+    if keys_values.ndim != 3 or keys_values.shape[-1] != 2 * h * d:
+        raise TDLError(f"_contrib_interleaved_matmul_encdec_qk: keys_values' last axis is not {h} heads x 2 x {d}")
+    scale = 1.0 / math.sqrt(d)
+    return lambda bh, i, j: Sum(lambda e: uses(queries[i, bh // h, (bh % h) * d + e] * scale
+                                               * keys_values[j, bh // h, (bh % h) * 2 * d + e],
+                                               keys_values[j, bh // h, (bh % h) * 2 * d + d + e]), extents=(d,))
+
+
+@tdl_op("_contrib_interleaved_matmul_encdec_valatt", inputs=("keys_values", "attention"), attrs=HeadsAttrs,
+        cases=[
+            Case(shapes=((5, 2, 16), (4, 4, 5)), attrs={"heads": 2}),
+            Case(shapes=((2, 3, 18), (9, 3, 2)), attrs={"heads": 3}),
+        ])
+def interleaved_encdec_valatt(keys_values: TensorVar, attention: TensorVar, attrs: HeadsAttrs):
+    """out[i, b, h d + e] = sum_j attention[b H + h, i, j] * keys_values[j, b, (2 h + 1) d + e]."""
+    d, h = _heads(keys_values, attrs.heads, 2, "_contrib_interleaved_matmul_encdec_valatt"), attrs.heads
+    return lambda i, b, he: Sum(lambda j: uses(attention[b * h + he // d, i, j]
+                                               * keys_values[j, b, (he // d) * 2 * d + d + he % d],
+                                               keys_values[j, b, (he // d) * 2 * d + he % d]))

@@ -1,6 +1,6 @@
 """Models a new user built with ops described here later (``_eye``, ``_linspace``, ``_full``, ``_split_v2``,
-``_contrib_arange_like``): refused before, they train partitioned equal to one device (``tofu run --check``,
-the one-device run being the reference)."""
+``_contrib_arange_like``, GluonNLP BERT's interleaved attention products): refused before, they train partitioned
+equal to one device (``tofu run --check``, the one-device run being the reference)."""
 import json
 
 import mxnet as mx
@@ -29,13 +29,31 @@ def _splits(path):
     return "data=8,6,16"
 
 
-@pytest.mark.parametrize("build", [_constants, _splits], ids=["eye-linspace-full", "split_v2-arange_like"])
+def _interleaved_attention(path):
+    """A BERT encoder layer as GluonNLP builds it (time-major, one projection to the heads' interleaved queries,
+    keys and values) and an encoder-decoder attention over its output."""
+    x, y = mx.sym.var("data"), mx.sym.var("target")                 # (8, 4, 16), (6, 4, 16): 4 heads of 4
+    qkv = mx.sym.FullyConnected(x, num_hidden=48, flatten=False, name="qkv")
+    att = mx.sym.softmax(mx.sym.contrib.interleaved_matmul_selfatt_qk(qkv, heads=4), axis=-1)
+    enc = x + mx.sym.FullyConnected(mx.sym.contrib.interleaved_matmul_selfatt_valatt(qkv, att, heads=4),
+                                    num_hidden=16, flatten=False, name="proj")
+    q = mx.sym.FullyConnected(y, num_hidden=16, flatten=False, name="q")
+    kv = mx.sym.FullyConnected(enc, num_hidden=32, flatten=False, name="kv")
+    cross = mx.sym.softmax(mx.sym.contrib.interleaved_matmul_encdec_qk(q, kv, heads=4), axis=-1)
+    out = mx.sym.contrib.interleaved_matmul_encdec_valatt(kv, cross, heads=4)
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(out)), name="loss").save(str(path))
+    return "data=8,4,16", "target=6,4,16"
+
+
+@pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention],
+                         ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"
-    shape = build(path)
-    rc, out, err = run(capsys, "run", str(path), "--shape", shape, "--workers", "4", "--algo", algo, "--steps", "2",
-                       "--check", "--json")
+    shapes = build(path)
+    shapes = [shapes] if isinstance(shapes, str) else shapes
+    rc, out, err = run(capsys, "run", str(path), *(a for s in shapes for a in ("--shape", s)), "--workers", "4",
+                       "--algo", algo, "--steps", "2", "--check", "--json")
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["check_passed"] and doc["gradient_max_rel_diff"] < 1e-4
