@@ -114,9 +114,9 @@ def interleaved_selfatt_qk(qkv: TensorVar, attrs: HeadsAttrs):
     width d: each head's queries against its keys, the queries scaled."""
     d, h = _heads(qkv, attrs.heads, 3, "_contrib_interleaved_matmul_selfatt_qk"), attrs.heads
     scale = 1.0 / math.sqrt(d)
-    return lambda bh, i, j: Sum(lambda e: uses(qkv[i, bh // h, (bh % h) * 3 * d + e] * scale
+    return lambda bh, i, j: Sum(lambda e: uses(qkv[i, bh // h, (bh % h) * 3 * d + e]
                                                * qkv[j, bh // h, (bh % h) * 3 * d + d + e],
-                                               qkv[j, bh // h, (bh % h) * 3 * d + 2 * d + e]), extents=(d,))
+                                               qkv[j, bh // h, (bh % h) * 3 * d + 2 * d + e]), extents=(d,)) * scale
 
 
 @tdl_op("_contrib_interleaved_matmul_selfatt_valatt", inputs=("queries_keys_values", "attention"),
@@ -144,9 +144,10 @@ def interleaved_encdec_qk(queries: TensorVar, keys_values: TensorVar, attrs: Hea
     if keys_values.ndim != 3 or keys_values.shape[-1] != 2 * h * d:
         raise TDLError(f"_contrib_interleaved_matmul_encdec_qk: keys_values' last axis is not {h} heads x 2 x {d}")
     scale = 1.0 / math.sqrt(d)
-    return lambda bh, i, j: Sum(lambda e: uses(queries[i, bh // h, (bh % h) * d + e] * scale
+    return lambda bh, i, j: Sum(lambda e: uses(queries[i, bh // h, (bh % h) * d + e]
                                                * keys_values[j, bh // h, (bh % h) * 2 * d + e],
-                                               keys_values[j, bh // h, (bh % h) * 2 * d + d + e]), extents=(d,))
+                                               keys_values[j, bh // h, (bh % h) * 2 * d + d + e]), extents=(d,)) \
+        * scale
 
 
 @tdl_op("_contrib_interleaved_matmul_encdec_valatt", inputs=("keys_values", "attention"), attrs=HeadsAttrs,

@@ -69,3 +69,31 @@ def test_max_pooling_reads_each_window_once():
 ])
 def test_op_class_derived_from_the_description(op, attrs, ins, outs, cls):
     assert _work(op, attrs, ins, outs).op_class is cls
+
+
+def test_an_input_multiplied_by_itself_is_a_gemm_with_two_adjoints():
+    """syrk (A A^T) and the interleaved queries-by-keys product read one input as both operands: a GEMM (not a
+    pooling of one input), 2 N K M plus the scale per score, whose backward is two contractions."""
+    from tofu.sim.flops import backward_work
+
+    s, b, h, d = 4, 2, 3, 5
+    qk = _work("_contrib_interleaved_matmul_selfatt_qk", {"heads": h}, [(s, b, 3 * h * d)], [(b * h, s, s)])
+    assert qk.op_class is OpClass.GEMM and qk.contracted == {"queries_keys_values"}
+    assert qk.flops == 2 * (b * h) * s * s * d + (b * h) * s * s
+    assert backward_work(qk, ["queries_keys_values"])[0] == 2 * qk.flops
+    syrk = _work("_linalg_syrk", {}, [(3, 4)], [(3, 3)])
+    assert syrk.op_class is OpClass.GEMM and syrk.self_contracted == {"A"}
+    fc = _work("FullyConnected", {"num_hidden": 3, "no_bias": True}, [(4, 6), (3, 6)], [(4, 3)])
+    assert backward_work(fc, ["data"])[0] == fc.flops and not fc.self_contracted
+
+
+@pytest.mark.parametrize("op,attrs,ins,outs", [
+    ("Deconvolution", {"num_filter": 2, "kernel": (3, 3), "stride": (2, 2), "no_bias": True},
+     [(1, 3, 4, 4), (3, 2, 3, 3)], [(1, 2, 9, 9)]),
+    ("Convolution", {"num_filter": 4, "kernel": (3,), "dilate": (2,), "num_group": 2, "no_bias": True},
+     [(1, 4, 9), (4, 2, 3)], [(1, 4, 5)]),
+])
+def test_a_sliding_window_under_a_division_or_a_group_is_still_a_convolution(op, attrs, ins, outs):
+    """A window's index may sit under a floor division (the transposed convolution's (y + pad - dy) // stride);
+    a group's channel offset ((co // g) C_g + ci) places without sliding."""
+    assert _work(op, attrs, ins, outs).op_class is OpClass.CONVOLUTION

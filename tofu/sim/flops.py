@@ -20,7 +20,8 @@ read once and every output written once, ``itemsize`` bytes per element.
 The op's :class:`OpClass` (whose kernel curve :mod:`tofu.sim.kernels` times it by) is derived from
 the same expressions, in this order:
 
-    GEMM           a reduction whose terms read two or more inputs, no window (FullyConnected, batch_dot, dot)
+    GEMM           a reduction whose terms read two or more inputs, or multiply one input by itself at two places
+                   (_linalg_syrk, the interleaved attention products), no window (FullyConnected, batch_dot, dot)
     CONVOLUTION    such a contraction with a window: an input index depends on an output index and a reduction
                    index at once (x * stride + dx), i.e. the op has a halo
     NORMALIZATION  a computed intermediate (a statistic such as BatchNorm's mean, LayerNorm's, softmax's sum)
@@ -39,8 +40,8 @@ from functools import lru_cache
 from tofu.graph.attrs import Attrs
 from tofu.graph.ir import Graph, Role
 from tofu.tdl.describe import OpDescription, describe
-from tofu.tdl.expr import (Access, Binary, Compare, Computed, Const, IndexExpr, IndexValue, OpaqueCall, Reduce,
-                           Select, TensorVar, Unary, Uses, ValueExpr, children, index_vars)
+from tofu.tdl.expr import (Access, Binary, Compare, Computed, Const, FloorDiv, IndexExpr, IndexValue, Mod, OpaqueCall,
+                           Reduce, Select, TensorVar, Unary, Uses, Var, ValueExpr, children, index_vars)
 
 
 class OpClass(enum.Enum):
@@ -68,6 +69,8 @@ class OpWork:
         op_class: :class:`OpClass`.
         contracted: names of the inputs read inside a contraction (each has a backward contraction of the
             forward's size when it has a gradient).
+        self_contracted: those of them the contraction multiplies by themselves (both operands: two backward
+            contractions).
         grain: a convolution's output pixels per image (the product of its first output's dimensions after batch
             and channel), on which its kernels' rate also depends (:func:`tofu.sim.kernels.grain_factor`); inf for
             every other op (no such dependence modelled).
@@ -78,6 +81,7 @@ class OpWork:
     op_class: OpClass
     contracted: frozenset[str]
     grain: float = math.inf
+    self_contracted: frozenset[str] = frozenset()
 
 
 def _ops(e: ValueExpr) -> float:
@@ -171,18 +175,40 @@ def _computes(e: ValueExpr) -> bool:
                for x in _nodes(e))
 
 
-def _windowed(r: Reduce) -> bool:
-    """Some access in the reduction's body has an index that mixes a reduction variable with another variable
-    (x * stride + dx): the reduction slides a window over its input."""
+def _self_products(r: Reduce) -> set[str]:
+    """The inputs the reduction multiplies by themselves at two places that both move with its variables (A A^T
+    of ``_linalg_syrk``, queries by keys of one interleaved projection): a contraction of one input."""
     own = set(r.vars)
+
+    def reads(e: ValueExpr) -> set:
+        return {(x.tensor.name, x.index) for x in _nodes(e) if isinstance(x, Access) and isinstance(x.tensor, TensorVar)
+                and any(isinstance(i, IndexExpr) and index_vars(i) & own for i in x.index)}
+
+    found = set()
     for x in _nodes(r.body):
-        if isinstance(x, Access):
-            for i in x.index:
-                if isinstance(i, IndexExpr):
-                    v = index_vars(i)
-                    if v & own and v - own:
-                        return True
-    return False
+        if isinstance(x, Binary) and x.fn == "mul":
+            a, b = reads(x.lhs), reads(x.rhs)
+            if a != b:
+                found |= {n for n, _ in a} & {n for n, _ in b}
+    return found
+
+
+def _windowed(r: Reduce) -> bool:
+    """Some access in the reduction's body has an index in which a reduction variable and another variable are
+    added (x * stride + dx, or (y + pad - dy) // stride): the reduction slides a window over its input. A variable
+    only under a floor division or modulo of its own (a head's offset, (bh % H) 3 d + e) places, not slides."""
+    own = set(r.vars)
+
+    def slides(e: IndexExpr) -> bool:
+        if isinstance(e, (FloorDiv, Mod)):
+            return slides(e.arg)
+        if isinstance(e, Var):
+            return False
+        plain = {a for a, _ in e.terms if isinstance(a, Var)}
+        return bool(plain & own and plain - own) or any(slides(a) for a, _ in e.terms if not isinstance(a, Var))
+
+    return any(isinstance(i, IndexExpr) and slides(i)
+               for x in _nodes(r.body) if isinstance(x, Access) for i in x.index)
 
 
 def op_work(desc: OpDescription, itemsize: int = 4) -> OpWork:
@@ -192,14 +218,16 @@ def op_work(desc: OpDescription, itemsize: int = 4) -> OpWork:
     flops = sum(math.prod(o.shape) * _ops(o.body) for o in desc.outputs)
     flops += sum(math.prod(c.shape) * _ops(c.body) for c in computed)
     contracted: set[str] = set()
+    selves: set[str] = set()
     reductions, window = 0, False
     for body in bodies + [c.body for c in computed]:
         for x in _nodes(body):
             if isinstance(x, Reduce) and _lookup(x) is None:
                 reductions += 1
-                read = _inputs_read(x.body)
-                if len(read) >= 2:
+                read, own = _inputs_read(x.body), _self_products(x)
+                if len(read) >= 2 or own:
                     contracted |= read
+                    selves |= own
                     window = window or _windowed(x)
     if contracted:
         cls = OpClass.CONVOLUTION if window else OpClass.GEMM
@@ -214,7 +242,7 @@ def op_work(desc: OpDescription, itemsize: int = 4) -> OpWork:
     elements = sum(math.prod(t.shape) for t in desc.inputs) + sum(math.prod(o.shape) for o in desc.outputs)
     out = desc.outputs[0].shape
     grain = float(math.prod(out[2:])) if cls is OpClass.CONVOLUTION and len(out) >= 3 else math.inf
-    return OpWork(float(flops), float(elements * itemsize), cls, frozenset(contracted), grain)
+    return OpWork(float(flops), float(elements * itemsize), cls, frozenset(contracted), grain, frozenset(selves))
 
 
 Shape = tuple[int, ...]
@@ -226,12 +254,12 @@ UPDATE_FLOPS_PER_ELEMENT = 4
 def backward_work(work: OpWork, grads: Sequence[str]) -> tuple[float, float]:
     """(FLOPs, bytes) of the backward of a call whose inputs named ``grads`` have a gradient (none: no backward).
 
-    Ours, kept simple: F_bwd = F max(1, a), a the inputs with a gradient that the contraction reads (dX = dY W^T
-    and dW = X^T dY of a matrix product: 2F; one element-wise pass otherwise), B_bwd = 2 B (reads the output's
-    gradient and the forward's tensors, writes the inputs' gradients)."""
+    Ours, kept simple: F_bwd = F max(1, a), a the operands with a gradient that the contraction reads (dX = dY W^T
+    and dW = X^T dY of a matrix product: 2F; an input that is both operands counts twice; one element-wise pass
+    otherwise), B_bwd = 2 B (reads the output's gradient and the forward's tensors, writes the inputs' gradients)."""
     if not grads:
         return 0.0, 0.0
-    adjoints = sum(1 for g in grads if g in work.contracted)
+    adjoints = sum(1 + (g in work.self_contracted) for g in grads if g in work.contracted)
     return work.flops * max(1, adjoints), 2.0 * work.bytes
 
 
