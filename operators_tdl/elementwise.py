@@ -6,10 +6,12 @@ Families (each op registered on its own, through a small factory per family):
 - unary math: relu, sigmoid, tanh, exp, log, sqrt, rsqrt, square, negative, abs, sign, reciprocal, log1p,
   expm1, sin, cos, erf, softsign, _copy, BlockGrad, zeros_like, ones_like; trigonometric and hyperbolic
   (tan, arcsin, arccos, arctan, sinh, cosh, arcsinh, arccosh, arctanh, degrees, radians), rounding (floor,
-  ceil, round, rint, fix, trunc), cbrt, rcbrt, log2, log10, gamma, gammaln, erfinv, logical_not;
+  ceil, round, rint, fix, trunc), cbrt, rcbrt, log2, log10, gamma, gammaln, erfinv, logical_not; the
+  straight-through estimators _contrib_round_ste and _contrib_sign_ste (round and sign forward);
 - scalar ops: _plus_scalar, _minus_scalar, _rminus_scalar, _mul_scalar, _div_scalar, _rdiv_scalar,
   _power_scalar, _rpower_scalar, _maximum_scalar, _minimum_scalar, _hypot_scalar, _mod_scalar, _rmod_scalar,
-  comparisons (_equal_scalar, ...) and logical ops (_logical_and_scalar, ...);
+  comparisons (_equal_scalar, ...) and logical ops (_logical_and_scalar, ...); _contrib_gradientmultiplier
+  (identity forward);
 - binary: elemwise_add, elemwise_sub, elemwise_mul, elemwise_div, _grad_add, _power, _hypot, _maximum,
   _minimum, _mod, comparisons (_equal, _not_equal, _greater, _greater_equal, _lesser, _lesser_equal) and
   logical ops (_logical_and, _logical_or, _logical_xor);
@@ -212,6 +214,9 @@ _unary_op("gamma", gamma, "gamma(data[i])")
 _unary_op("gammaln", gammaln, "log |gamma(data[i])|")
 _unary_op("erfinv", erfinv, "erf^-1(data[i])", draw=UNIT)
 _unary_op("logical_not", lambda x: eq(x, 0.0), "1 if data[i] == 0 else 0", draw=SMALL_INTS)
+# quantization-aware training: MXNet's backward passes the gradient straight through (not round's zeros)
+_unary_op("_contrib_round_ste", round_, "data[i] rounded to the nearest integer, halves away from zero")
+_unary_op("_contrib_sign_ste", sign, "sign(data[i])")
 
 
 # -------------------------------------------------------------------------------------------- scalar ops
@@ -239,6 +244,8 @@ _scalar_op("_plus_scalar", lambda x, s: x + s, "data[i] + s")
 _scalar_op("_minus_scalar", lambda x, s: x - s, "data[i] - s")
 _scalar_op("_rminus_scalar", lambda x, s: s - x, "s - data[i]")
 _scalar_op("_mul_scalar", lambda x, s: x * s, "data[i] * s")
+# a gradient reversal layer (domain adaptation): MXNet's backward multiplies the gradient by s
+_scalar_op("_contrib_gradientmultiplier", lambda x, s: x, "data[i]  (identity forward)")
 _scalar_op("_div_scalar", lambda x, s: x / s, "data[i] / s")
 _scalar_op("_rdiv_scalar", lambda x, s: s / x, "s / data[i]", positive=True)
 _scalar_op("_power_scalar", lambda x, s: x ** s, "data[i] ** s", scalars=(2.0, 0.5), positive=True)

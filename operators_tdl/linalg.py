@@ -1,5 +1,5 @@
-"""TDL descriptions of the linear-algebra and sorting family: _linalg_gemm2, _linalg_syrk,
-_linalg_sumlogdiag, khatri_rao, sort, argsort, topk.
+"""TDL descriptions of the linear-algebra and sorting family: _linalg_gemm, _linalg_gemm2, _linalg_syrk,
+_linalg_sumlogdiag, _linalg_extractdiag, _linalg_makediag, khatri_rao, sort, argsort, topk.
 
 The batched matrix products and the log-determinant helper are plain reductions. Sorting is not
 expressible as an index mapping, so sort, argsort and topk apply an ``Opaque`` numpy function to a whole line
@@ -42,6 +42,28 @@ def gemm2(a: TensorVar, b: TensorVar, attrs: Gemm2Attrs) -> Callable:
 
 
 @dataclass(frozen=True)
+class GemmAttrs:
+    transpose_a: bool = False
+    transpose_b: bool = False
+    alpha: float = 1.0
+    beta: float = 1.0
+    axis: int = -2
+
+
+@tdl_op("_linalg_gemm", inputs=("A", "B", "C"), attrs=GemmAttrs, cases=[
+    Case(shapes=((3, 4), (4, 2), (3, 2))),
+    Case(shapes=((2, 4, 3), (2, 2, 4), (2, 3, 2)), attrs={"transpose_a": True, "transpose_b": True, "alpha": 0.5,
+                                                          "beta": -2.0}),
+])
+def gemm(a: TensorVar, b: TensorVar, c: TensorVar, attrs: GemmAttrs) -> Callable:
+    """out[..., i, j] = alpha * sum_k op(A)[..., i, k] * op(B)[..., k, j] + beta * C[..., i, j]."""
+    if attrs.axis != -2:
+        raise TDLError("_linalg_gemm: only the default row axis (-2) is described")
+    product = gemm2(a, b, Gemm2Attrs(attrs.transpose_a, attrs.transpose_b, attrs.alpha))
+    return lambda *o: product(*o) + attrs.beta * c[o]
+
+
+@dataclass(frozen=True)
 class SyrkAttrs:
     transpose: bool = False
     alpha: float = 1.0
@@ -68,6 +90,42 @@ def syrk(a: TensorVar, attrs: SyrkAttrs) -> Callable:
 def sumlogdiag(a: TensorVar, attrs: NoAttrs) -> Callable:
     """out[...] = sum_i log A[..., i, i]."""
     return lambda *batch: Sum(lambda i: log(a[(*batch, i, i)]))
+
+
+@dataclass(frozen=True)
+class DiagAttrs:
+    offset: int = 0
+
+
+@tdl_op("_linalg_extractdiag", inputs=("A",), attrs=DiagAttrs, cases=[
+    Case(shapes=((4, 4),)),
+    Case(shapes=((2, 3, 3),), attrs={"offset": 1}),
+    Case(shapes=((2, 4, 4),), attrs={"offset": -2}),
+])
+def extractdiag(a: TensorVar, attrs: DiagAttrs) -> Callable:
+    """out[..., i] = A[..., i, i + offset] (offset >= 0) or A[..., i - offset, i] (offset < 0): the diagonal
+    ``offset`` above (below, if negative) the main one of square matrices."""
+    o = attrs.offset
+    if o >= 0:
+        return lambda *x: a[(*x[:-1], x[-1], x[-1] + o)]
+    return lambda *x: a[(*x[:-1], x[-1] - o, x[-1])]
+
+
+@tdl_op("_linalg_makediag", inputs=("A",), attrs=DiagAttrs, cases=[
+    Case(shapes=((4,),)),
+    Case(shapes=((2, 3),), attrs={"offset": 1}),
+    Case(shapes=((2, 3),), attrs={"offset": -2}),
+])
+def makediag(a: TensorVar, attrs: DiagAttrs) -> Callable:
+    """out[..., r, c] = A[..., min(r, c)] where c - r = offset, else 0: square matrices of n + |offset| rows
+    with the vectors of A on the diagonal ``offset``."""
+    o = attrs.offset
+
+    def out(*x: Var) -> ValueExpr:
+        *batch, r, c = x
+        on = eq(IndexValue(c - r), float(o))
+        return where(on, a.at((*batch, r if o >= 0 else c), fill=0.0), 0.0)
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Models a new user built with ops described here later (``_eye``, ``_linspace``, ``_full``, ``_split_v2``,
-``_contrib_arange_like``, GluonNLP BERT's interleaved attention products): refused before, they train partitioned
+``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
+gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag`` and ``_linalg_makediag``): refused before, they train partitioned
 equal to one device (``tofu run --check``, the one-device run being the reference)."""
 import json
 
@@ -45,8 +46,23 @@ def _interleaved_attention(path):
     return "data=8,4,16", "target=6,4,16"
 
 
-@pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention],
-                         ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention"])
+def _straight_through_linalg(path):
+    """Quantization-aware training's straight-through rounding, a gradient reversal layer, and batched linear
+    algebra (gemm with an added matrix, a diagonal taken out and put back)."""
+    x, c = mx.sym.var("data"), mx.sym.var("c")                     # (8, 16), c (8, 4, 4)
+    h = mx.sym.FullyConnected(x, num_hidden=16, name="fc")
+    q = mx.sym.contrib.gradientmultiplier(mx.sym.contrib.round_ste(h * 4) / 4, scalar=-0.5)
+    h3 = mx.sym.reshape(q + h, shape=(8, 4, 4))
+    m = mx.sym.linalg.gemm(h3, h3, c, transpose_b=True, alpha=0.5, beta=2.0)
+    d = mx.sym.linalg.extractdiag(m, offset=1)                   # (8, 3)
+    md = mx.sym.linalg.makediag(mx.sym.contrib.sign_ste(d) * d, offset=-1)
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(md + m)), name="loss").save(str(path))
+    return "data=8,16", "c=8,4,4"
+
+
+@pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg],
+                         ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
+                              "ste-gemm-diag"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"
