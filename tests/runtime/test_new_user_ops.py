@@ -1,6 +1,6 @@
 """Models a new user built with ops described here later (``_eye``, ``_linspace``, ``_full``, ``_split_v2``,
 ``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
-gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag`` and ``_linalg_makediag``): refused before, they train partitioned
+gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``): refused before, they train partitioned
 equal to one device (``tofu run --check``, the one-device run being the reference)."""
 import json
 
@@ -60,9 +60,19 @@ def _straight_through_linalg(path):
     return "data=8,16", "c=8,4,4"
 
 
-@pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg],
+def _ctc(path):
+    """A speech model's head: frames (time-major) through a projection to the classes, CTC against padded labels
+    (drawn by ``tofu run`` from the range the description declares)."""
+    x, label = mx.sym.var("data"), mx.sym.var("label")             # (8, 4, 6), labels (4, 3)
+    h = mx.sym.Activation(mx.sym.FullyConnected(x, num_hidden=12, flatten=False, name="fc1"), act_type="tanh")
+    logits = mx.sym.FullyConnected(h, num_hidden=5, flatten=False, name="fc2")
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.contrib.CTCLoss(logits, label)), name="loss").save(str(path))
+    return "data=8,4,6", "label=4,3"
+
+
+@pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
-                              "ste-gemm-diag"])
+                              "ste-gemm-diag", "ctc"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"
