@@ -144,10 +144,45 @@ def test_gluon_layers_train_partitioned_equal_to_one_device(tmp_path, capsys, ki
 
 def test_refused_settings_name_themselves():
     data, params, state = (mx.sym.Variable(n) for n in ("data", "params", "state"))
-    symbol = mx.sym.RNN(data, params, state, state_size=3, num_layers=2, mode="gru", p=0.5)
     shapes = {"data": (3, 2, 2), "params": (3 * 3 * (2 + 3 + 2) + 3 * 3 * (3 + 3 + 2),), "state": (2, 2, 3)}
-    with pytest.raises(GraphImportError, match="dropout"):
-        import_symbol(symbol, shapes)
+    for attrs, what, changed in (({"projection_size": 2}, "projection_size", {"state": (2, 2, 2), "params": (120,)}),
+                                 ({"p": 1.0}, "dropout p = 1.0", {})):
+        symbol = mx.sym.RNN(data, params, state, state_size=3, num_layers=2, mode="gru", **attrs)
+        with pytest.raises(GraphImportError, match=what):
+            import_symbol(symbol, {**shapes, **changed})
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[1] > 1][:2], ids=lambda c: f"{c[0]}-L{c[1]}")
+def test_dropout_between_layers_drops_each_output_but_the_last_layers(case):
+    """The fused op with p > 0 drops every element of each layer's output but the last's, at each time step, in
+    training only: unrolled, a Dropout of p on each of those step outputs; in inference, the reference."""
+    mode, L, bi, states, T, N, I, H = case
+    symbol, names = _fused(case)
+    symbol = mx.sym.RNN(*[mx.sym.Variable(n) for n in names], state_size=H, num_layers=L, mode=mode,
+                        bidirectional=bi, state_outputs=states, p=0.4, name="rnn")
+    values = _inputs(case)
+    lowered = _lowered(symbol, {n: v.shape for n, v in zip(names, values)})
+    drops = [n for n in json.loads(lowered.tojson())["nodes"] if n["op"] == "Dropout"]
+    assert len(drops) == T * (L - 1) and {float(n["attrs"]["p"]) for n in drops} == {0.4}
+    ex = lowered.bind(mx.cpu(), {n: mx.nd.array(v) for n, v in zip(names, values)}, grad_req="null")
+    ref = forward(mode, L, bi, *[v.astype(np.float64) for v in values])
+    np.testing.assert_allclose(ex.forward(is_train=False)[0].asnumpy(), ref[0], rtol=1e-4, atol=1e-5)
+    mx.random.seed(0)
+    trained = ex.forward(is_train=True)[0].asnumpy()
+    assert not np.allclose(trained, ref[0], rtol=1e-4, atol=1e-5)      # the masks drop something
+
+
+def test_a_gluon_lstm_with_dropout_trains_partitioned(tmp_path, capsys):
+    """Gluon's LSTM(num_layers=2, dropout=0.5), exported: refused before; partitioned, it equals one device under
+    ``--check`` (which runs both with Dropout off)."""
+    from mxnet.gluon import rnn
+    path = _gluon_net(tmp_path, rnn.LSTM(8, num_layers=2, layout="NTC", dropout=0.5))
+    assert sum(n.op == "Dropout" for n in load_graph(path, shapes={"data": (4, 6)}).nodes) == 6
+    rc = cli.main(["run", path, "--shape", "data=4,6", "--input", "data=int:0:29", "--workers", "2", "--check",
+                   "--steps", "2"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert ": passed (rtol" in out, out
 
 
 def test_a_flat_parameter_vector_trains_partitioned(tmp_path, capsys):

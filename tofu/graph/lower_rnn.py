@@ -18,7 +18,10 @@ direction's output after the forward's); ``state`` (L D, N, H) and for lstm ``st
 parameters are Gluon's (``_rnn_param_concat`` of each weight reshaped to a vector), the weights are read
 directly; otherwise they are sliced out of the vector.
 
-Dropout between layers (``p`` > 0), projections, cell clipping and sequence lengths are refused.
+Dropout between layers (``p`` > 0: the fused op drops each element of every layer's output but the last's, at
+every time step, in training) becomes a ``Dropout`` of each step's output of those layers, tied over the steps
+(``__tofu_layer__`` ``<name>_l<layer>_drop``): the same distribution of masks, drawn by MXNet's Dropout. Projections,
+cell clipping and sequence lengths are refused.
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def lower_rnn(doc: dict, entry_shape: Callable[[int, int], Shape]) -> dict:
     entry of ``doc``.
 
     Raises:
-        GraphImportError: an RNN node uses what is not described (dropout, projection, clipping, lengths).
+        GraphImportError: an RNN node uses what is not described (projection, clipping, lengths).
     """
     nodes = doc["nodes"]
     new: list[dict] = []
@@ -112,8 +115,10 @@ def _attrs(jn: dict) -> dict:
     mode = raw.get("mode", "")
     if mode not in GATES:
         raise GraphImportError(f"RNN node '{name}': mode '{mode}' is not one of {', '.join(GATES)}")
-    refused = [what for what, on in (("dropout between layers (p > 0)", float(raw.get("p", "0") or 0) > 0),
-                                     ("projection_size", raw.get("projection_size", "None") != "None"),
+    p = float(raw.get("p", "0") or 0)
+    if not 0 <= p < 1:
+        raise GraphImportError(f"RNN node '{name}': dropout p = {p} is not in [0, 1)")
+    refused = [what for what, on in (("projection_size", raw.get("projection_size", "None") != "None"),
                                      ("lstm_state_clip", raw.get("lstm_state_clip_min", "None") != "None"
                                       or raw.get("lstm_state_clip_max", "None") != "None"),
                                      ("use_sequence_length", raw.get("use_sequence_length", "False").lower() in _TRUE))
@@ -121,7 +126,7 @@ def _attrs(jn: dict) -> dict:
     if refused:
         raise GraphImportError(f"RNN node '{name}': {', '.join(refused)} is not supported (tofu unrolls the plain "
                                f"fused recurrence only)")
-    return {"mode": mode, "H": int(raw["state_size"]), "L": int(raw["num_layers"]),
+    return {"mode": mode, "H": int(raw["state_size"]), "L": int(raw["num_layers"]), "p": p,
             "D": 2 if raw.get("bidirectional", "False").lower() in _TRUE else 1,
             "states": raw.get("state_outputs", "False").lower() in _TRUE}
 
@@ -197,6 +202,12 @@ def _unrolled(name: str, a: dict, data: Shape, direct: bool) -> mx.sym.Symbol:
             outs.append(out)
         xs = outs[0] if D == 1 else [mx.sym.Concat(f, b, dim=1, name=f"{name}_l{layer}_t{t}_both")
                                      for t, (f, b) in enumerate(zip(*outs))]
+        if a["p"] > 0 and layer < L - 1:       # the next layer reads this one's output through dropout
+            drop = []
+            for t, x in enumerate(xs):
+                with mx.AttrScope(__tofu_layer__=f"{name}_l{layer}_drop", __tofu_step__=str(t)):
+                    drop.append(mx.sym.Dropout(x, p=a["p"], name=f"{name}_l{layer}_t{t}_drop"))
+            xs = drop
     heads = [mx.sym.stack(*xs, axis=0, name=f"{name}_out")]
     if a["states"]:
         heads.append(mx.sym.stack(*hy, axis=0, name=f"{name}_hy"))
