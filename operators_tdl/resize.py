@@ -1,5 +1,5 @@
 """TDL descriptions of the resizing and padding family: UpSampling (nearest, bilinear), BilinearResize2D, Pad
-(constant, edge, reflect).
+(constant, edge, reflect); and the spatial transformer's GridGenerator, BilinearSampler and SpatialTransformer.
 
 Each output element reads input elements at indices that are affine in the output's, or floor divisions of
 them: nearest upsampling by ``s`` reads ``y // s``; bilinear upsampling is MXNet's depthwise Deconvolution
@@ -11,6 +11,8 @@ index (constant: the fill value outside the tensor).
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 from operators_tdl.conv import DeconvolutionAttrs, deconvolution
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
@@ -310,3 +312,120 @@ def image_crop(data: TensorVar, attrs: ImageCropAttrs) -> Callable:
         *batch, i, j, c = o
         return data[(*batch, i + attrs.y, j + attrs.x, c)]
     return out
+
+
+# ------------------------------------------------------------------------------------------------------------
+# Spatial transformer networks: a sampling grid, from an affine transform or a flow field, and the bilinear
+# sampling of the input at it. The grid's coordinates are normalized to [-1, 1] (the first row x over the width,
+# the second y over the height); a sample reads the four pixels around its position, zero outside the image.
+
+@dataclass(frozen=True)
+class GridGeneratorAttrs:
+    transform_type: str
+    target_shape: tuple[int, ...] = (0, 0)
+
+
+def _normalizer(n: int, op: str) -> float:
+    if n < 2:
+        raise TDLError(f"{op}: an axis of {n} pixel has no normalized coordinate (MXNet divides by n - 1 = 0)")
+    return 2.0 / (n - 1)
+
+
+@tdl_op("GridGenerator", inputs=("data",), attrs=GridGeneratorAttrs, cases=[
+    Case(shapes=((2, 6),), attrs={"transform_type": "affine", "target_shape": (4, 6)}),
+    Case(shapes=((2, 2, 4, 6),), attrs={"transform_type": "warp"}),
+])
+def grid_generator(data: TensorVar, attrs: GridGeneratorAttrs):
+    """affine: out[n, k, y, x] = data[n, 3 k] X(x) + data[n, 3 k + 1] Y(y) + data[n, 3 k + 2], with X(x) = 2 x /
+    (W - 1) - 1 and Y(y) = 2 y / (H - 1) - 1 over the target shape (H, W); warp: out[n, 0, y, x] = (data[n, 0, y,
+    x] + x) 2 / (W - 1) - 1 and out[n, 1, y, x] = (data[n, 1, y, x] + y) 2 / (H - 1) - 1 (a flow in pixels)."""
+    if attrs.transform_type == "affine":
+        h, w = attrs.target_shape
+        sx, sy = _normalizer(w, "GridGenerator"), _normalizer(h, "GridGenerator")
+        return lambda n, k, y, x: (data[n, 3 * k] * (IndexValue(x) * sx - 1.0)
+                                   + data[n, 3 * k + 1] * (IndexValue(y) * sy - 1.0) + data[n, 3 * k + 2])
+    if attrs.transform_type == "warp":
+        h, w = data.shape[2:]
+        sx, sy = _normalizer(w, "GridGenerator"), _normalizer(h, "GridGenerator")
+        return lambda n, k, y, x: where(eq(IndexValue(k), 0.0), (data[n, k, y, x] + IndexValue(x)) * sx,
+                                        (data[n, k, y, x] + IndexValue(y)) * sy) - 1.0
+    raise TDLError(f"GridGenerator: transform_type '{attrs.transform_type}' is neither 'affine' nor 'warp'")
+
+
+def _sample_bilinear(image: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``image`` (..., H, W) sampled at ``at`` (..., 2), normalized (x, y) positions: the four pixels around each
+    weighted by their distance, those outside the image read as zero. Returns (..., 1)."""
+    h, w = image.shape[-2:]
+    x = (at[..., 0].astype(np.float64) + 1.0) * (w - 1) / 2.0
+    y = (at[..., 1].astype(np.float64) + 1.0) * (h - 1) / 2.0
+    lead = np.broadcast_shapes(image.shape[:-2], x.shape)
+    x, y = np.broadcast_to(x, lead), np.broadcast_to(y, lead)
+    x0, y0 = np.floor(x), np.floor(y)
+    image = np.broadcast_to(image, lead + (h, w))
+    out = np.zeros(lead)
+    for dy in (0, 1):
+        for dx in (0, 1):
+            yy, xx = y0 + dy, x0 + dx
+            weight = (1 - np.abs(y - yy)) * (1 - np.abs(x - xx))
+            inside = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
+            flat = np.take_along_axis(image.reshape(*image.shape[:-2], h * w),
+                                      (np.clip(yy, 0, h - 1) * w + np.clip(xx, 0, w - 1)).astype(np.int64)[..., None],
+                                      axis=-1)[..., 0]
+            out += np.where(inside, weight * flat, 0.0)
+    return out[..., None].astype(np.float32)
+
+
+@dataclass(frozen=True)
+class BilinearSamplerAttrs:
+    cudnn_off: bool = False
+
+
+@tdl_op("BilinearSampler", inputs=("data", "grid"), attrs=BilinearSamplerAttrs, cases=[
+    Case(shapes=((2, 2, 4, 5), (2, 2, 4, 6)), uniform=((1, -1.2, 1.2),)),
+    Case(shapes=((4, 1, 3, 3), (4, 2, 2, 2)), uniform=((1, -1.0, 1.0),)),
+])
+def bilinear_sampler(data: TensorVar, grid: TensorVar, attrs: BilinearSamplerAttrs):
+    """out[n, c, i, j] = data[n, c] sampled bilinearly at (grid[n, 0, i, j], grid[n, 1, i, j]), normalized
+    coordinates (-1: the first pixel, 1: the last), zero outside the image: a data-dependent read of the whole
+    image, so the image's axes never split; the batch, the channels and the output's pixels do."""
+    sample = Opaque("bilinear_sample", _sample_bilinear)
+    return lambda n, c, i, j: sample(data[n, c, :, :], grid[n, :, i, j])[0]
+
+
+@dataclass(frozen=True)
+class SpatialTransformerAttrs:
+    transform_type: str
+    sampler_type: str
+    target_shape: tuple[int, ...] = (0, 0)
+    cudnn_off: bool = False
+
+
+def _transform(shape: tuple[int, int]) -> Callable:
+    """The affine grid of :func:`grid_generator` for ``loc`` (..., 6) over ``shape``, sampled from the image."""
+    h, w = shape
+    xs, ys = np.meshgrid(np.linspace(-1.0, 1.0, w), np.linspace(-1.0, 1.0, h))
+
+    def run(image: np.ndarray, loc: np.ndarray) -> np.ndarray:
+        loc = loc.astype(np.float64)[..., None, None, :]
+        at = np.stack([loc[..., 0] * xs + loc[..., 1] * ys + loc[..., 2],
+                       loc[..., 3] * xs + loc[..., 4] * ys + loc[..., 5]], axis=-1)
+        return _sample_bilinear(image[..., None, None, :, :], at)[..., 0]
+    return run
+
+
+@tdl_op("SpatialTransformer", inputs=("data", "loc"), attrs=SpatialTransformerAttrs, cases=[
+    Case(shapes=((2, 2, 5, 4), (2, 6)), attrs={"target_shape": (3, 4), "transform_type": "affine",
+                                           "sampler_type": "bilinear"}),
+    Case(shapes=((4, 3, 4, 4), (4, 6)), attrs={"target_shape": (4, 2), "transform_type": "affine",
+                                           "sampler_type": "bilinear"}),
+])
+def spatial_transformer(data: TensorVar, loc: TensorVar, attrs: SpatialTransformerAttrs):
+    """out[n, c, i, j] = data[n, c] sampled bilinearly at the affine grid of loc[n] (GridGenerator's) over the
+    target shape: the image and the target's pixels read and made whole; the batch and the channels split."""
+    if attrs.transform_type != "affine" or attrs.sampler_type != "bilinear":
+        raise TDLError(f"SpatialTransformer: only transform_type 'affine' with sampler_type 'bilinear' is described "
+                       f"(got '{attrs.transform_type}', '{attrs.sampler_type}')")
+    for n in attrs.target_shape:
+        _normalizer(n, "SpatialTransformer")
+    sample = Opaque("spatial_transform", _transform(tuple(attrs.target_shape)))
+    return lambda n, c, i, j: sample(data[n, c, :, :], loc[n, :])[i, j]

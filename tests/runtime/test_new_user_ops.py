@@ -1,7 +1,8 @@
 """Models a new user built with ops described here later (``_eye``, ``_linspace``, ``_full``, ``_split_v2``,
 ``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
-gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``): refused before, they train partitioned
-equal to one device (``tofu run --check``, the one-device run being the reference)."""
+gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
+transformer's ops): refused before, they train partitioned equal to one device (``tofu run --check``, the
+one-device run being the reference)."""
 import json
 
 import mxnet as mx
@@ -70,9 +71,25 @@ def _ctc(path):
     return "data=8,4,6", "label=4,3"
 
 
-@pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc],
+def _spatial_transformer(path):
+    """A spatial transformer network: a localisation net's affine transform samples the image (SpatialTransformer),
+    and the same by hand (GridGenerator, then BilinearSampler) on a warp field."""
+    x = mx.sym.var("data")                                          # (4, 2, 8, 8)
+    loc = mx.sym.FullyConnected(mx.sym.Activation(mx.sym.FullyConnected(x, num_hidden=8, name="loc1"),
+                                                  act_type="tanh"), num_hidden=6, name="loc2")
+    moved = mx.sym.SpatialTransformer(x, loc, target_shape=(6, 6), transform_type="affine", sampler_type="bilinear")
+    flow = mx.sym.Convolution(x, num_filter=2, kernel=(3, 3), pad=(1, 1), name="flow")
+    warped = mx.sym.BilinearSampler(x, mx.sym.GridGenerator(flow * 0.5, transform_type="warp"))
+    h = mx.sym.Convolution(moved, num_filter=4, kernel=(3, 3), name="conv")
+    out = mx.sym.FullyConnected(h, num_hidden=3, name="fc") + mx.sym.FullyConnected(warped, num_hidden=3, name="fw")
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(out)), name="loss").save(str(path))
+    return "data=4,2,8,8"
+
+
+@pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
+                                   _spatial_transformer],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
-                              "ste-gemm-diag", "ctc"])
+                              "ste-gemm-diag", "ctc", "spatial-transformer"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"
