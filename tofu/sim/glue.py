@@ -11,7 +11,6 @@ call of the op on its pieces: its statistics exchange is left out (docs/sim.md, 
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -213,7 +212,8 @@ class _PlanReplay:
         self.held = held
         self.const = constant_tensors(self.graph)
         self.const_calls: dict[int, tuple] = {}
-        self.const_pieces: dict[tuple, list] = {}
+        self.const_pieces: dict[tuple[int, int], list] = {}    # (tensor, device) -> its pieces made there
+        self.const_whole: dict[tuple[int, int], list] = {}     # (tensor, device) -> it made whole there
         self.const_runs: dict[tuple[int, int | None, int], list[int]] = {}
         read = {t for n in self.graph.nodes for t in n.inputs}
         consumed = read | set(self.graph.heads)
@@ -241,11 +241,11 @@ class _PlanReplay:
                             boxes.add(h[1])
                             self.heads.append(h[3])
 
-    def call(self, node, call, device: int) -> list[int]:
+    def call(self, node, call, device: int, own: bool | None = None) -> list[int]:
         """Worker ``call.worker``'s call of ``node`` run on ``device`` (itself, or a device that makes a
         constant's piece it reads): its inputs gathered there, the kernel and its kept part; returns its outputs.
-        A constant's call run on another device than its worker's is named apart by the rewriter (not a kernel
-        call of the node; glue when its op is one)."""
+        A constant's call run on another device than its worker's, or made whole (``own`` False), is named apart
+        by the rewriter (not a kernel call of the node; glue when its op is one)."""
         from tofu.sim.flops import op_call_work
 
         first = self.graph.tensors[node.outputs[0]]
@@ -267,7 +267,7 @@ class _PlanReplay:
                 args.append(self.aux[(t, device)])
         ins = tuple(_extent(p.box) for p in call.inputs)
         outs = tuple(_extent(o.box) for o in call.outputs)
-        own = call.worker == device
+        own = call.worker == device if own is None else own
         work = op_call_work(node.op, call.attrs, ins, outs, item) if own else \
             _work(node.op, call.attrs.to_mxnet(), ins, outs, op_call_work)
         args = [a for a, p in zip(args, call.inputs) if p.read]     # an expansion's unread inputs
@@ -291,10 +291,10 @@ class _PlanReplay:
         node = self.graph.nodes[tensor.producer]
         o = tensor.output_index
         if region == whole_box(tensor.shape):
-            if (t, device, None) not in self.const_pieces:
-                self.const_pieces[(t, device, None)] = [
+            if (t, device) not in self.const_whole:
+                self.const_whole[(t, device)] = [
                     (device, region, (), _Lazy(lambda: self.run_constant(node, None, device)[o]))]
-            return self.const_pieces[(t, device, None)]
+            return self.const_whole[(t, device)]
         if (t, device) not in self.const_pieces:
             calls = sorted(self.const_calls[node.id], key=lambda c: c.worker != device)
             self.const_pieces[(t, device)] = [
@@ -309,9 +309,8 @@ class _PlanReplay:
 
         key = (node.id, call.worker if call is not None else None, device)
         if key not in self.const_runs:
-            if call is None:
-                call = dataclasses.replace(whole_call(NodeView.of(self.graph, node)), worker=-1)
-            self.const_runs[key] = self.call(node, call, device)
+            self.const_runs[key] = self.call(node, call, device) if call is not None else \
+                self.call(node, whole_call(NodeView.of(self.graph, node)), device, own=False)
         return self.const_runs[key]
 
     def dataflow(self) -> Dataflow:
