@@ -168,7 +168,8 @@ def whole_call(view: NodeView) -> WorkerCall:
 
 
 def whole_box(shape: Sequence[int]) -> Box:
-    return tuple((0, n) for n in shape)
+    """The box of a whole tensor of ``shape``."""
+    return _box((0,) * len(shape), shape)
 
 
 def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequence[int], w: int) -> WorkerCall:
