@@ -1,11 +1,14 @@
 """TDL descriptions of the linear-algebra and sorting family: _linalg_gemm, _linalg_gemm2, _linalg_syrk,
-_linalg_sumlogdiag, _linalg_extractdiag, _linalg_makediag, khatri_rao, sort, argsort, topk.
+_linalg_sumlogdiag, _linalg_extractdiag, _linalg_makediag, _linalg_potrf, _linalg_potri, _linalg_trmm,
+_linalg_trsm, _linalg_inverse, _linalg_det, _linalg_slogdet, khatri_rao, sort, argsort, topk.
 
 The batched matrix products and the log-determinant helper are plain reductions. Sorting is not
 expressible as an index mapping, so sort, argsort and topk apply an ``Opaque`` numpy function to a whole line
 of the sorted axis: that axis cannot be partitioned, every other (batch) axis can.
-(``_linalg_potrf`` is not described: it needs symmetric positive-definite inputs, which the conformance
-cases cannot generate, and MXNet fails on the random normal inputs they use.)
+The factorizations' cases draw symmetric positive-definite matrices (``Case.spd``). Not described:
+``_linalg_gelqf`` and ``_linalg_syevd`` (a factor is defined up to the signs of its rows, which MXNet's LAPACK
+and numpy's need not choose alike), ``_linalg_extracttrian`` and ``_linalg_maketrian`` (a triangle packed into
+a vector: the position of (i, j) is quadratic in i, not an affine index).
 """
 from __future__ import annotations
 
@@ -126,6 +129,161 @@ def makediag(a: TensorVar, attrs: DiagAttrs) -> Callable:
         on = eq(IndexValue(c - r), float(o))
         return where(on, a.at((*batch, r if o >= 0 else c), fill=0.0), 0.0)
     return out
+
+
+# ---------------------------------------------------------------------------- factorizations and solves
+# A Cholesky factor, an inverse, a determinant or a triangular solve is a function of whole matrices: an
+# ``Opaque`` numpy function of the last two axes, so the batch axes split and the matrix axes do not, but where a
+# column (a row) of the result needs only the same column (row) of the right-hand side: a triangular product or
+# solve from the left splits its columns, from the right its rows.
+
+
+def _whole(a: TensorVar) -> Callable:
+    """Every matrix of a stack, whole: a[..., :, :] at the batch point the caller's indices give."""
+    return lambda batch: a[(*batch, slice(None), slice(None))]
+
+
+def _cholesky(a: np.ndarray) -> np.ndarray:
+    return np.linalg.cholesky(a.astype(np.float64)).astype(np.float32)
+
+
+@tdl_op("_linalg_potrf", inputs=("A",), cases=[
+    Case(shapes=((4, 4),), spd=(0,)),
+    Case(shapes=((2, 3, 3, 3),), spd=(0,)),
+])
+def potrf(a: TensorVar, attrs: NoAttrs) -> Callable:
+    """out[..., i, j] = L[..., i, j], the lower-triangular Cholesky factor of A (A = L L^T; zero above the
+    diagonal)."""
+    whole, chol = _whole(a), Opaque("cholesky", _cholesky)
+    return lambda *o: chol(whole(o[:-2]))[o[-2], o[-1]]
+
+
+def _potri(l: np.ndarray) -> np.ndarray:
+    low = np.tril(l.astype(np.float64))
+    return np.linalg.inv(low @ np.swapaxes(low, -1, -2)).astype(np.float32)
+
+
+@tdl_op("_linalg_potri", inputs=("A",), cases=[
+    Case(shapes=((4, 4),), spd=(0,)),
+    Case(shapes=((3, 2, 2),), spd=(0,)),
+])
+def potri(a: TensorVar, attrs: NoAttrs) -> Callable:
+    """out[..., i, j] = (L L^T)^-1[..., i, j] with L the lower triangle of A (a Cholesky factor: the inverse of
+    the matrix it factors)."""
+    whole, inv = _whole(a), Opaque("potri", _potri)
+    return lambda *o: inv(whole(o[:-2]))[o[-2], o[-1]]
+
+
+@dataclass(frozen=True)
+class TriangularAttrs:
+    transpose: bool = False
+    rightside: bool = False
+    lower: bool = True
+    alpha: float = 1.0
+
+
+def _triangle(a: np.ndarray, attrs: TriangularAttrs) -> np.ndarray:
+    """op(A): A's lower (upper) triangle, transposed when ``attrs.transpose``, in float64."""
+    t = np.tril(a.astype(np.float64)) if attrs.lower else np.triu(a.astype(np.float64))
+    return np.swapaxes(t, -1, -2) if attrs.transpose else t
+
+
+def _trmm(attrs: TriangularAttrs) -> Callable:
+    """A column (left) or row (rightside) of B -> that column or row of alpha op(A) B (alpha B op(A))."""
+    def fn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        t, v = _triangle(a, attrs), b.astype(np.float64)[..., :, None]
+        out = (np.swapaxes(t, -1, -2) if attrs.rightside else t) @ v         # a row times op(A): op(A)^T row
+        return (attrs.alpha * out[..., 0]).astype(np.float32)
+    return fn
+
+
+def _trsm(attrs: TriangularAttrs) -> Callable:
+    """A column (left) or row (rightside) of B -> that column or row of X, op(A) X = alpha B (X op(A) = alpha B)."""
+    def fn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        t, v = _triangle(a, attrs), attrs.alpha * b.astype(np.float64)[..., :, None]
+        out = np.linalg.solve(np.swapaxes(t, -1, -2) if attrs.rightside else t, v)
+        return out[..., 0].astype(np.float32)
+    return fn
+
+
+def _triangular(a: TensorVar, b: TensorVar, op: Opaque, rightside: bool) -> Callable:
+    """out[..., i, j] = op(A[..., :, :], B[..., :, j])[i] (from the left), op(A[..., :, :], B[..., i, :])[j]
+    (rightside)."""
+    whole = _whole(a)
+
+    def out(*o: Var) -> ValueExpr:
+        *batch, i, j = o
+        if rightside:
+            return op(whole(batch), b[(*batch, i, slice(None))])[j]
+        return op(whole(batch), b[(*batch, slice(None), j)])[i]
+    return out
+
+
+_TRIANGULAR_CASES = [
+    Case(shapes=((3, 3), (3, 4)), spd=(0,)),
+    Case(shapes=((2, 3, 3), (2, 3, 2)), spd=(0,), attrs={"transpose": True, "alpha": 0.5}),
+    Case(shapes=((2, 3, 3), (2, 4, 3)), spd=(0,), attrs={"rightside": True, "lower": False}),
+    Case(shapes=((3, 3), (2, 3)), spd=(0,), attrs={"rightside": True, "transpose": True, "alpha": -2.0}),
+]
+
+
+@tdl_op("_linalg_trmm", inputs=("A", "B"), attrs=TriangularAttrs, cases=_TRIANGULAR_CASES)
+def trmm(a: TensorVar, b: TensorVar, attrs: TriangularAttrs) -> Callable:
+    """out = alpha op(A) B, or alpha B op(A) (rightside); op(A) the lower (upper) triangle of A, transposed when
+    ``transpose``."""
+    return _triangular(a, b, Opaque("trmm", _trmm(attrs)), attrs.rightside)
+
+
+@tdl_op("_linalg_trsm", inputs=("A", "B"), attrs=TriangularAttrs, cases=_TRIANGULAR_CASES)
+def trsm(a: TensorVar, b: TensorVar, attrs: TriangularAttrs) -> Callable:
+    """out = X with op(A) X = alpha B, or X op(A) = alpha B (rightside); op(A) as for _linalg_trmm."""
+    return _triangular(a, b, Opaque("trsm", _trsm(attrs)), attrs.rightside)
+
+
+def _inverse(a: np.ndarray) -> np.ndarray:
+    return np.linalg.inv(a.astype(np.float64)).astype(np.float32)
+
+
+def _det(a: np.ndarray) -> np.ndarray:
+    return np.linalg.det(a.astype(np.float64))[..., None].astype(np.float32)
+
+
+def _sign(a: np.ndarray) -> np.ndarray:
+    return np.linalg.slogdet(a.astype(np.float64))[0][..., None].astype(np.float32)
+
+
+def _logabsdet(a: np.ndarray) -> np.ndarray:
+    return np.linalg.slogdet(a.astype(np.float64))[1][..., None].astype(np.float32)
+
+
+@tdl_op("_linalg_inverse", inputs=("A",), cases=[
+    Case(shapes=((4, 4),), spd=(0,)),
+    Case(shapes=((2, 3, 3),)),
+])
+def inverse(a: TensorVar, attrs: NoAttrs) -> Callable:
+    """out[..., i, j] = A^-1[..., i, j]."""
+    whole, inv = _whole(a), Opaque("inverse", _inverse)
+    return lambda *o: inv(whole(o[:-2]))[o[-2], o[-1]]
+
+
+@tdl_op("_linalg_det", inputs=("A",), cases=[
+    Case(shapes=((2, 3, 3),)),
+    Case(shapes=((2, 2, 4, 4),), spd=(0,)),
+])
+def det(a: TensorVar, attrs: NoAttrs) -> Callable:
+    """out[...] = det A[..., :, :]."""
+    whole, fn = _whole(a), Opaque("det", _det)
+    return lambda *batch: fn(whole(batch))[0]
+
+
+@tdl_op("_linalg_slogdet", inputs=("A",), outputs=("sign", "logabsdet"), cases=[
+    Case(shapes=((2, 3, 3),)),
+    Case(shapes=((3, 4, 4),), spd=(0,)),
+])
+def slogdet(a: TensorVar, attrs: NoAttrs):
+    """sign[...] = the sign of det A[..., :, :], logabsdet[...] = log |det A[..., :, :]|."""
+    whole, sign, log_abs = _whole(a), Opaque("sign_det", _sign), Opaque("logabsdet", _logabsdet)
+    return (lambda *batch: sign(whole(batch))[0], lambda *batch: log_abs(whole(batch))[0])
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,9 @@ def random_inputs(case, seed=0):
             out.append(rng.uniform(*bounds[i], size=shape).astype(np.float32))
         elif i in case.positive:
             out.append(rng.uniform(0.5, 2.0, size=shape).astype(np.float32))
+        elif i in case.spd:
+            m = rng.standard_normal(shape)
+            out.append((m @ np.swapaxes(m, -1, -2) / shape[-1] + np.eye(shape[-1])).astype(np.float32))
         else:
             out.append(rng.standard_normal(shape).astype(np.float32))
     return out

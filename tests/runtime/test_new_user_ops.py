@@ -1,7 +1,7 @@
 """Models a new user built with ops described here later (``_eye``, ``_linspace``, ``_full``, ``_split_v2``,
 ``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
-transformer's ops): refused before, they train partitioned equal to one device (``tofu run --check``, the
+transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -86,10 +86,27 @@ def _spatial_transformer(path):
     return "data=4,2,8,8"
 
 
+def _gaussian_process(path):
+    """A Gaussian-process head: a kernel matrix per example (a feature map's Gram matrix plus a jitter), its
+    Cholesky factor, triangular solves and products against targets, and the log-determinant both ways."""
+    x, y = mx.sym.var("data"), mx.sym.var("target")                 # (8, 16), targets (8, 4, 2)
+    h = mx.sym.reshape(mx.sym.FullyConnected(x, num_hidden=16, name="fc"), shape=(8, 4, 4))
+    k = mx.sym.broadcast_add(mx.sym.linalg.syrk(h, alpha=0.25), mx.sym.reshape(mx.sym.eye(4), shape=(1, 4, 4)))
+    chol = mx.sym.linalg.potrf(k)
+    alpha = mx.sym.linalg.trsm(chol, mx.sym.linalg.trsm(chol, y), transpose=True)       # K^-1 y
+    fit = mx.sym.sum(y * alpha) + 2 * mx.sym.sum(mx.sym.linalg.sumlogdiag(chol))
+    sign, logdet = mx.sym.linalg.slogdet(k)
+    rows = mx.sym.linalg.trmm(chol, mx.sym.transpose(y, axes=(0, 2, 1)), rightside=True, lower=True)
+    extra = mx.sym.sum(logdet * sign) + mx.sym.sum(mx.sym.log(mx.sym.linalg.det(k))) + mx.sym.sum(
+        mx.sym.square(rows)) * 0.01 + mx.sym.sum(mx.sym.linalg.inverse(k)) + mx.sym.sum(mx.sym.linalg.potri(chol))
+    mx.sym.MakeLoss(fit + extra, name="loss").save(str(path))
+    return "data=8,16", "target=8,4,2"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
-                                   _spatial_transformer],
+                                   _spatial_transformer, _gaussian_process],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
-                              "ste-gemm-diag", "ctc", "spatial-transformer"])
+                              "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"

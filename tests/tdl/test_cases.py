@@ -61,3 +61,12 @@ def test_the_wrapping_and_scatter_operators_use_them():
     """gather_nd draws negative indices in some Case, _contrib_index_copy unique ones in every Case."""
     assert any(c.negative for c in SPECS["gather_nd"].cases)
     assert all(c.unique for c in SPECS["_contrib_index_copy"].cases)
+
+
+def test_spd_draws_symmetric_positive_definite_stacks():
+    (a, b) = random_inputs(Case(shapes=((3, 5, 5), (5, 5)), spd=(0,)))
+    np.testing.assert_allclose(a, np.swapaxes(a, -1, -2), rtol=1e-6)
+    assert np.linalg.eigvalsh(a.astype(np.float64)).min() >= 1.0 - 1e-5      # M M^T / n + I: at least 1
+    assert not np.allclose(b, b.T)                                            # the other input: normal
+    with pytest.raises(TDLError, match="spd input 0 of shape \\(3, 4\\) is not a stack of square matrices"):
+        Case(shapes=((3, 4),), spd=(0,))

@@ -57,6 +57,8 @@ class Case:
         positive: positions of inputs drawn from [0.5, 2) (variances, arguments of log or sqrt).
         uniform: ``(input position, low, high)``: that input is drawn uniformly from [low, high) (arguments of
             arcsin or arccosh, fractional sequence lengths or indices).
+        spd: positions of inputs drawn as symmetric positive-definite matrices over their last two axes,
+            M M^T / n + I with M normal (what a Cholesky factorization or an inverse needs).
         train: run MXNet's operator in training mode (BatchNorm's batch statistics).
 
     Raises:
@@ -71,6 +73,7 @@ class Case:
     unique: tuple[int, ...] = ()
     positive: tuple[int, ...] = ()
     uniform: tuple[tuple[int, float, float], ...] = ()
+    spd: tuple[int, ...] = ()
     train: bool = False
 
     def __post_init__(self):
@@ -79,6 +82,10 @@ class Case:
             for i in positions:
                 if i not in ints:
                     raise TDLError(f"Case {self}: {name} input {i} is not drawn as integers (add ({i}, n) to ints)")
+        for i in self.spd:
+            if len(self.shapes[i]) < 2 or self.shapes[i][-1] != self.shapes[i][-2]:
+                raise TDLError(f"Case {self}: spd input {i} of shape {self.shapes[i]} is not a stack of square "
+                               f"matrices")
         for i in self.unique:
             size, count = math.prod(self.shapes[i]), ints[i] * (2 if i in self.negative else 1)
             if size > count:
