@@ -1,7 +1,8 @@
 """Models a new user built with ops described here later (``_eye``, ``_linspace``, ``_full``, ``_split_v2``,
 ``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
-transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants): refused before, they train partitioned equal to one device (``tofu run --check``, the
+transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
+detection head's ROIPooling and ROIAlign): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -103,10 +104,28 @@ def _gaussian_process(path):
     return "data=8,16", "target=8,4,2"
 
 
+def _detection_head(path):
+    """A two-stage detector's head: regions of interest (each an image index and well-formed corners computed
+    from raw box parameters) pooled from a feature map by ROIPooling and by ROIAlign, then classified."""
+    x, boxes = mx.sym.var("data"), mx.sym.var("boxes")             # images (2, 3, 8, 8), 8 regions' (4,)
+    feat = mx.sym.Activation(mx.sym.Convolution(x, num_filter=8, kernel=(3, 3), pad=(1, 1), name="conv"),
+                             act_type="relu")
+    image = mx.sym.reshape(mx.sym.floor(mx.sym.arange(0, 8) / 4), shape=(8, 1))    # regions 0-3: image 0
+    corner = mx.sym.sigmoid(mx.sym.slice_axis(boxes, axis=1, begin=0, end=2)) * 4
+    size = 1 + mx.sym.sigmoid(mx.sym.slice_axis(boxes, axis=1, begin=2, end=4)) * 3
+    rois = mx.sym.concat(image, corner, corner + size, dim=1)
+    pooled = mx.sym.ROIPooling(feat, rois, pooled_size=(2, 2), spatial_scale=1.0)
+    aligned = mx.sym.contrib.ROIAlign(feat, rois, pooled_size=(2, 2), spatial_scale=1.0, sample_ratio=2,
+                                      aligned=True)
+    scores = mx.sym.FullyConnected(mx.sym.concat(pooled, aligned, dim=1), num_hidden=4, name="cls")
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(scores)), name="loss").save(str(path))
+    return "data=2,3,8,8", "boxes=8,4"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
-                                   _spatial_transformer, _gaussian_process],
+                                   _spatial_transformer, _gaussian_process, _detection_head],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
-                              "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process"])
+                              "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"
