@@ -18,6 +18,7 @@ from tofu.errors import GraphImportError, InputShapeError
 from tofu.graph.attrs import Attrs
 from tofu.graph.ir import Graph, Node, Role, Shape, TensorEntry
 from tofu.graph.lower_rnn import has_fused_rnn, lower_rnn
+from tofu.graph.lower_syncbn import has_sync_batchnorm, lower_sync_batchnorm
 from tofu.graph.single_op import first_line, infer_graph_shapes, num_visible_outputs
 
 LAYER_ATTR = "__tofu_layer__"
@@ -158,6 +159,9 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
     pinned = _pin_deferred_shapes(doc, _entry_shapes(doc, out_shapes))
     if pinned is not None:          # Gluon's begin_state: zeros of batch 0, which MXNet infers from the readers
         doc = pinned
+        symbol = mx.sym.load_json(json.dumps(doc))
+    if has_sync_batchnorm(doc):     # the whole batch's statistics: BatchNorm's in one logical graph (lower_syncbn.py)
+        doc = lower_sync_batchnorm(doc)
         symbol = mx.sym.load_json(json.dumps(doc))
     if has_fused_rnn(doc):          # MXNet's CPU kernels of RNN are wrong without oneDNN: unrolled (lower_rnn.py)
         symbol = mx.sym.load_json(json.dumps(lower_rnn(doc, _entry_shapes(doc, out_shapes))))
