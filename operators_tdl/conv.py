@@ -1,4 +1,5 @@
-"""TDL descriptions of the convolution family: Convolution, Deconvolution (1-D, 2-D and 3-D, channels first).
+"""TDL descriptions of the convolution family: Convolution, Deconvolution (1-D, 2-D and 3-D, channels first),
+and FlowNet's Correlation of two feature maps.
 
 One spatial rank-generic form: output position ``x`` of a dimension reads input position
 ``x*stride + dx*dilate - pad`` (:func:`window_index`, shared with pooling) through ``.at(..., fill=0.0)``, so
@@ -134,4 +135,46 @@ def deconvolution(data: TensorVar, weight: TensorVar, bias: TensorVar | None, at
 
         total = Sum(nary(["ci", *window_names(nd)], term), extents=(in_per_group, *weight.shape[2:]))
         return total + bias[co] if with_bias else total
+    return out
+
+
+@dataclass(frozen=True)
+class CorrelationAttrs:
+    kernel_size: int = 1
+    max_displacement: int = 1
+    stride1: int = 1
+    stride2: int = 1
+    pad_size: int = 0
+    is_multiply: bool = True
+
+
+@tdl_op("Correlation", inputs=("data1", "data2"), attrs=CorrelationAttrs, cases=[
+    Case(shapes=((2, 3, 5, 6), (2, 3, 5, 6)), attrs={"max_displacement": 1, "pad_size": 1}),
+    Case(shapes=((1, 2, 7, 6), (1, 2, 7, 6)),
+         attrs={"kernel_size": 3, "max_displacement": 2, "stride1": 2, "stride2": 2, "pad_size": 3}),
+    Case(shapes=((2, 4, 6, 6), (2, 4, 6, 6)), attrs={"max_displacement": 2, "pad_size": 2, "is_multiply": False}),
+])
+def correlation(data1: TensorVar, data2: TensorVar, attrs: CorrelationAttrs) -> Callable:
+    """FlowNet's correlation of two feature maps: out[n, t, y, x] = sum_{c, dy, dx} f(data1[n, c, y1 + dy,
+    x1 + dx], data2[n, c, y1 + dy + oy(t), x1 + dx + ox(t)]) / (k^2 C), zero-padded by ``pad_size``, with
+    (y1, x1) = (y, x) stride1 + max_displacement - pad_size, the displacement t = (oy / stride2 + R) G + ox /
+    stride2 + R on a G x G grid (R = max_displacement // stride2, G = 2R + 1), f the product (is_multiply) or the
+    absolute difference, k = kernel_size."""
+    k, s1, s2 = attrs.kernel_size, attrs.stride1, attrs.stride2
+    if k % 2 == 0:
+        raise TDLError(f"Correlation: an even kernel_size ({k}) is not described")
+    radius = attrs.max_displacement // s2
+    grid = 2 * radius + 1
+    first = attrs.max_displacement - attrs.pad_size       # where window (0, 0) of output (0, 0) starts
+    scale = 1.0 / (k * k * data1.shape[1])
+
+    def out(n: Var, t: Var, y: Var, x: Var) -> ValueExpr:
+        def term(v: tuple[Var, ...]) -> ValueExpr:
+            c, dy, dx = v
+            yy, xx = y * s1 + first + dy, x * s1 + first + dx
+            a = data1.at((n, c, yy, xx), fill=0.0)
+            b = data2.at((n, c, yy + (t // grid) * s2 - radius * s2, xx + (t % grid) * s2 - radius * s2),
+                         fill=0.0)
+            return a * b if attrs.is_multiply else abs_(a - b)
+        return Sum(nary(["c", "dy", "dx"], term), extents=(data1.shape[1], k, k)) * scale
     return out

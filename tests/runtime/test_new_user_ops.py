@@ -2,7 +2,7 @@
 ``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
 transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
-detection head's ROIPooling and ROIAlign): refused before, they train partitioned equal to one device (``tofu run --check``, the
+detection head's ROIPooling and ROIAlign, FlowNet's Correlation): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -122,10 +122,25 @@ def _detection_head(path):
     return "data=2,3,8,8", "boxes=8,4"
 
 
+def _optical_flow(path):
+    """FlowNet-C's correlation layer: two frames through one (shared) convolution, their features correlated over
+    a 5 x 5 grid of displacements (and a 3 x 3 window of absolute differences), then a convolution to a flow."""
+    a, b, w = mx.sym.var("frame1"), mx.sym.var("frame2"), mx.sym.var("conv_weight")   # frames (2, 3, 8, 8)
+    f1, f2 = (mx.sym.Activation(mx.sym.Convolution(x, weight=w, num_filter=4, kernel=(3, 3), pad=(1, 1),
+                                                   no_bias=True), act_type="relu") for x in (a, b))
+    product = mx.sym.Correlation(f1, f2, max_displacement=2, pad_size=2)                 # (2, 25, 8, 8)
+    difference = mx.sym.Correlation(f1, f2, kernel_size=3, max_displacement=1, pad_size=2, is_multiply=False)
+    flow = mx.sym.Convolution(mx.sym.concat(product, difference, f1, dim=1), num_filter=2, kernel=(3, 3),
+                              pad=(1, 1), name="flow")
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(flow)), name="loss").save(str(path))
+    return "frame1=2,3,8,8", "frame2=2,3,8,8"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
-                                   _spatial_transformer, _gaussian_process, _detection_head],
+                                   _spatial_transformer, _gaussian_process, _detection_head, _optical_flow],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
-                              "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head"])
+                              "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head",
+                              "optical-flow"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"
