@@ -1,5 +1,6 @@
 """TDL descriptions of the convolution family: Convolution, Deconvolution (1-D, 2-D and 3-D, channels first),
-and FlowNet's Correlation of two feature maps.
+and FlowNet's Correlation of two feature maps, im2col (a convolution's patches as columns). Not described:
+col2im, whose flattened patch positions the interval analysis bounds only loosely where a read is masked out.
 
 One spatial rank-generic form: output position ``x`` of a dimension reads input position
 ``x*stride + dx*dilate - pad`` (:func:`window_index`, shared with pooling) through ``.at(..., fill=0.0)``, so
@@ -7,6 +8,8 @@ zero padding is a fill value and every access stays affine in the index variable
 transposed form) reads ``(y + pad - dy*dilate) // stride`` where that division is exact, else zero.
 """
 from __future__ import annotations
+
+import math
 
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
@@ -177,4 +180,42 @@ def correlation(data1: TensorVar, data2: TensorVar, attrs: CorrelationAttrs) -> 
                          fill=0.0)
             return a * b if attrs.is_multiply else abs_(a - b)
         return Sum(nary(["c", "dy", "dx"], term), extents=(data1.shape[1], k, k)) * scale
+    return out
+
+
+@dataclass(frozen=True)
+class Im2colAttrs:
+    kernel: tuple[int, ...]
+    stride: tuple[int, ...] = ()
+    dilate: tuple[int, ...] = ()
+    pad: tuple[int, ...] = ()
+
+
+def _digits(j: IndexExpr, extents: Sequence[int]) -> tuple[IndexExpr, ...]:
+    """The row-major digits of a flat index ``j`` over ``extents``: j = sum_d digit_d prod(extents[d+1:])."""
+    return tuple((j // math.prod(extents[d + 1:])) % n if d else j // math.prod(extents[1:])
+                 for d, n in enumerate(extents))
+
+
+@tdl_op("im2col", inputs=("data",), attrs=Im2colAttrs, cases=[
+    Case(shapes=((2, 3, 5, 4),), attrs={"kernel": (2, 2)}),
+    Case(shapes=((1, 2, 6, 7),), attrs={"kernel": (3, 2), "stride": (2, 1), "dilate": (1, 2), "pad": (1, 1)}),
+    Case(shapes=((2, 4, 4, 4),), attrs={"kernel": (3, 3), "pad": (1, 1)}),
+])
+def im2col(data: TensorVar, attrs: Im2colAttrs) -> Callable:
+    """out[n, c K + k, l] = data[n, c, x*stride + dx*dilate - pad] (zero-padded), k the row-major number of the
+    kernel position dx.. (K of them) and l of the output position x.. (a convolution's patches as columns; 2-D
+    only: MXNet's kernel fails on 1-D data and on some 3-D shapes, (1, 2, 4, 5, 4) with kernel (2, 3, 2))."""
+    nd = spatial_params("im2col", data, None, attrs.kernel, attrs.stride, attrs.dilate, attrs.pad)
+    if nd != 2:
+        raise TDLError(f"im2col: {nd}-D data is not described, only 2-D (MXNet's kernel fails on 1-D data and on "
+                       f"some 3-D shapes)")
+    stride, dilate, pad = (per_dim(attrs.stride, nd, 1), per_dim(attrs.dilate, nd, 1), per_dim(attrs.pad, nd, 0))
+    kernel = tuple(attrs.kernel)
+    outs = tuple((n + 2 * p - r * (k - 1) - 1) // s + 1
+                 for n, k, s, r, p in zip(data.shape[2:], kernel, stride, dilate, pad))
+
+    def out(n: Var, j: Var, l: Var) -> ValueExpr:
+        c, *ds = _digits(j, (data.shape[1], *kernel))
+        return data.at((n, c, *window_index(_digits(l, outs), ds, stride, dilate, pad)), fill=0.0)
     return out

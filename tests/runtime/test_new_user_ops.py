@@ -2,7 +2,7 @@
 ``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
 transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
-detection head's ROIPooling and ROIAlign, FlowNet's Correlation): refused before, they train partitioned equal to one device (``tofu run --check``, the
+detection head's ROIPooling and ROIAlign, FlowNet's Correlation, im2col): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -136,11 +136,24 @@ def _optical_flow(path):
     return "frame1=2,3,8,8", "frame2=2,3,8,8"
 
 
+def _involution(path):
+    """An involution layer (a kernel generated per pixel, shared over the channels) built on im2col: each pixel's
+    3 x 3 neighbourhood as columns, weighted by the kernel a 1 x 1 convolution computes there."""
+    x = mx.sym.var("data")                                          # (2, 4, 6, 6)
+    patches = mx.sym.reshape(mx.sym.im2col(x, kernel=(3, 3), pad=(1, 1)), shape=(2, 4, 9, 36))
+    kernel = mx.sym.reshape(mx.sym.Convolution(x, num_filter=9, kernel=(1, 1), name="gen"), shape=(2, 1, 9, 36))
+    out = mx.sym.reshape(mx.sym.sum(mx.sym.broadcast_mul(patches, kernel), axis=2), shape=(2, 4, 6, 6))
+    y = mx.sym.Convolution(out, num_filter=3, kernel=(3, 3), name="conv")
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(y)), name="loss").save(str(path))
+    return "data=2,4,6,6"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
-                                   _spatial_transformer, _gaussian_process, _detection_head, _optical_flow],
+                                   _spatial_transformer, _gaussian_process, _detection_head, _optical_flow,
+                                   _involution],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
                               "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head",
-                              "optical-flow"])
+                              "optical-flow", "involution-im2col"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"
