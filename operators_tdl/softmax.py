@@ -1,5 +1,5 @@
 """TDL descriptions of the softmax family: softmax, softmin, log_softmax, SoftmaxOutput, SoftmaxActivation,
-softmax_cross_entropy; and the other loss heads: LinearRegressionOutput, MAERegressionOutput,
+softmax_cross_entropy; and the other loss heads: LinearRegressionOutput, MAERegressionOutput, SVMOutput,
 LogisticRegressionOutput.
 
 Every op is one helper, :func:`_softmax`: the row maximum and the row sum of exponentials are intermediate
@@ -350,3 +350,28 @@ def _logistic(a):
 _regression_output("LinearRegressionOutput", lambda a: a, "data[i]")
 _regression_output("MAERegressionOutput", lambda a: a, "data[i]")
 _regression_output("LogisticRegressionOutput", _logistic, "sigmoid(data[i])")
+
+
+@dataclass(frozen=True)
+class SVMOutputAttrs:
+    margin: float = 1.0                     # the backward's (the forward does not read them)
+    regularization_coefficient: float = 1.0
+    use_linear: bool = False
+
+
+_SVM_ROWS = Opaque("SVMOutput", lambda a: a)
+
+
+@tdl_op("SVMOutput", inputs=("data", "label"), attrs=SVMOutputAttrs, cases=[
+    Case(shapes=((4, 3), (4,)), ints=((1, 3),)),
+    Case(shapes=((6, 4), (6,)), ints=((1, 4),), attrs={"margin": 0.5, "use_linear": True}),
+])
+def svm_output(data: TensorVar, label: TensorVar, attrs: SVMOutputAttrs) -> Callable:
+    """out[b, j] = data[b, j]; MXNet's backward gives each class j of sample b the gradient of the (squared,
+    or with use_linear the linear) hinge loss of margin - data[b, label[b]] + data[b, j], which couples the
+    sample's classes: each sample is read whole, through an opaque function of its row (only the batch splits);
+    the label is read by the backward only."""
+    if data.ndim != 2 or label.shape != (data.shape[0],):
+        raise TDLError(f"SVMOutput: data {tuple(data.shape)} and label {tuple(label.shape)}; described: data (batch, "
+                       f"classes) and label (batch,)")
+    return lambda b, j: uses(_SVM_ROWS(data[b, :])[j], label.at((b,), valid=(0, data.shape[1] - 1)))

@@ -2,7 +2,7 @@
 ``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
 transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
-detection head's ROIPooling and ROIAlign, FlowNet's Correlation, im2col): refused before, they train partitioned equal to one device (``tofu run --check``, the
+detection head's ROIPooling and ROIAlign, FlowNet's Correlation, im2col, SVMOutput): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -148,12 +148,22 @@ def _involution(path):
     return "data=2,4,6,6"
 
 
+def _svm(path):
+    """A multi-class SVM head (MXNet's SVMOutput: the squared hinge loss's gradient, its labels drawn by ``tofu
+    run`` from the range the description declares) on a two-layer network."""
+    x, label = mx.sym.var("data"), mx.sym.var("svm_label")           # (8, 12), labels (8,)
+    h = mx.sym.Activation(mx.sym.FullyConnected(x, num_hidden=16, name="fc1"), act_type="relu")
+    mx.sym.SVMOutput(mx.sym.FullyConnected(h, num_hidden=6, name="fc2"), label, margin=0.5,
+                     name="svm").save(str(path))
+    return "data=8,12", "svm_label=8"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
                                    _spatial_transformer, _gaussian_process, _detection_head, _optical_flow,
-                                   _involution],
+                                   _involution, _svm],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
                               "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head",
-                              "optical-flow", "involution-im2col"])
+                              "optical-flow", "involution-im2col", "svm-output"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"
