@@ -25,6 +25,7 @@ class PoolingAttrs:
     pooling_convention: str = "valid"
     count_include_pad: bool | None = None     # None: MXNet's default, True
     layout: str | None = None
+    p_value: int | None = None                # lp pooling's p
 
 
 @tdl_op("Pooling", inputs=("data",), attrs=PoolingAttrs, cases=[
@@ -39,14 +40,20 @@ class PoolingAttrs:
     Case(shapes=((2, 3, 9),), attrs={"kernel": (3,), "stride": (2,), "pad": (1,), "pool_type": "sum"}),
     Case(shapes=((2, 3, 4, 5),), attrs={"kernel": (1, 1), "pool_type": "avg", "global_pool": True}),
     Case(shapes=((2, 3, 4, 5),), attrs={"kernel": (2, 2), "pool_type": "max", "global_pool": True}),
+    Case(shapes=((2, 2, 6, 6),), attrs={"kernel": (2, 2), "stride": (2, 2), "pool_type": "lp", "p_value": 2}),
+    Case(shapes=((2, 2, 5, 6),), attrs={"kernel": (3, 3), "stride": (2, 2), "pad": (1, 1), "pool_type": "lp",
+                                        "p_value": 1}),
 ])
 def pooling(data: TensorVar, attrs: PoolingAttrs):
     """out[b, c, x..] = max / sum / mean over dx.. of data[b, c, x*stride + dx - pad] (padding excluded from the
     max; the mean divides by the window size, clipped to the padded input, or by the in-input count when
-    count_include_pad=False)  (MXNet NC(D)(H)W; global_pool: the window is the whole input)."""
+    count_include_pad=False); lp: (sum of data^p)^(1/p), p = 1 or 2  (MXNet NC(D)(H)W; global_pool: the window
+    is the whole input)."""
     nd = spatial_params("Pooling", data, attrs.layout, attrs.stride, attrs.pad)
-    if attrs.pool_type not in ("max", "avg", "sum"):
-        raise TDLError(f"Pooling: pool_type '{attrs.pool_type}' is not described (max, avg, sum are)")
+    if attrs.pool_type not in ("max", "avg", "sum", "lp"):
+        raise TDLError(f"Pooling: pool_type '{attrs.pool_type}' is not described (max, avg, sum, lp are)")
+    if attrs.pool_type == "lp" and attrs.p_value not in (1, 2):
+        raise TDLError(f"Pooling: lp pooling with p_value {attrs.p_value} is not described (1 and 2 are)")
     if attrs.pooling_convention not in ("valid", "full"):
         raise TDLError(f"Pooling: pooling_convention '{attrs.pooling_convention}' is not described")
     if attrs.global_pool:
@@ -57,10 +64,13 @@ def pooling(data: TensorVar, attrs: PoolingAttrs):
         kernel, stride, pad = attrs.kernel, per_dim(attrs.stride, nd, 1), per_dim(attrs.pad, nd, 0)
     fill, reduce = (NEG_INF, Max) if attrs.pool_type == "max" else (0.0, Sum)
     include_pad = attrs.count_include_pad is not False
+    power = square if attrs.pool_type == "lp" and attrs.p_value == 2 else (lambda v: v)
 
     def out(b, c, *xs):
-        pooled = reduce(nary(window_names(nd), lambda ds: data.at(
-            (b, c, *window_index(xs, ds, stride, (1,) * nd, pad)), fill=fill)), extents=kernel)
+        pooled = reduce(nary(window_names(nd), lambda ds: power(data.at(
+            (b, c, *window_index(xs, ds, stride, (1,) * nd, pad)), fill=fill))), extents=kernel)
+        if attrs.pool_type == "lp" and attrs.p_value == 2:
+            return sqrt(pooled)
         if attrs.pool_type != "avg":
             return pooled
         if include_pad and attrs.pooling_convention == "valid":   # every window lies inside the padded input

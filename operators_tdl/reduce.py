@@ -1,5 +1,5 @@
 """TDL descriptions of MXNet's reductions over axes: sum, mean, max, min, prod, nansum, nanprod, norm, moments,
-and the index reductions argmax, argmin, argmax_channel.
+and the index reductions argmax, argmin, argmax_channel; the prefix sum _np_cumsum.
 
 Each output element is one ``Sum``/``Max``/``Min``/``Prod`` over the reduced axes (a single reduction over all
 of them, so that splitting any reduced axis is one partition-n-reduce). Kept axes are read with the output's
@@ -18,6 +18,8 @@ argmax and argmin return a position, not a combination of values, so they are no
 other axis partitions. Ties give the first position, as in MXNet.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -210,3 +212,45 @@ def argmin(data: TensorVar, attrs: ArgReduceAttrs) -> Callable:
 def argmax_channel(data: TensorVar, attrs: NoAttrs) -> Callable:
     """out[n, x..] = the first position c of the largest data[n, c, x..]  (argmax over axis 1)."""
     return _position(data, 1, False, Opaque("argmax", _first_max))
+
+
+@dataclass(frozen=True)
+class CumsumAttrs:
+    axis: int | None = None
+    dtype: str | None = None
+
+
+@tdl_op("_np_cumsum", inputs=("a",), attrs=CumsumAttrs, cases=[
+    Case(shapes=((3, 5),), attrs={"axis": 1}),
+    Case(shapes=((4, 2, 3),), attrs={"axis": 0}),
+    Case(shapes=((2, 4, 4),), attrs={"axis": 2}),
+    Case(shapes=((2, 3),)),
+])
+def cumsum(a: TensorVar, attrs: CumsumAttrs) -> Callable:
+    """out[.., i, ..] = sum_{k <= i} a[.., k, ..] along ``axis`` (None: of the flattened tensor, 1-D): a prefix
+    sum, the other axes split, the summed one only as partial sums its kernel cannot make (each shard's prefix
+    sum starts at its own first element)."""
+    if attrs.dtype not in (None, "float32"):
+        raise TDLError(f"_np_cumsum: dtype '{attrs.dtype}' is not described (float32 is)")
+    if attrs.axis is None:
+        if a.ndim != 1:
+            flat = compute("flat", (math.prod(a.shape),),
+                           lambda j: a[tuple(_digit(j, a.shape, d) for d in range(a.ndim))])
+            return lambda i: Sum(lambda k: where(le(IndexValue(k - i), 0), flat[k], 0.0), extents=(flat.shape[0],))
+        axis = 0
+    else:
+        if attrs.axis < 0:
+            raise TDLError(f"_np_cumsum: a negative axis ({attrs.axis}) is not described (MXNet 1.9.1's kernel "
+                           f"fails on one)")
+        if attrs.axis >= a.ndim:
+            raise TDLError(f"_np_cumsum: axis {attrs.axis} is out of range for data of rank {a.ndim}")
+        axis = attrs.axis
+    n = a.shape[axis]
+    return lambda *o: Sum(lambda k: where(le(IndexValue(k - o[axis]), 0), a[(*o[:axis], k, *o[axis + 1:])], 0.0),
+                          extents=(n,))
+
+
+def _digit(j: Var, shape: tuple[int, ...], d: int) -> IndexExpr:
+    """Digit d of the row-major flat index j over ``shape``."""
+    inner = math.prod(shape[d + 1:])
+    return j // inner if d == 0 else (j // inner) % shape[d]

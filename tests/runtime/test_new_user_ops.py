@@ -2,7 +2,7 @@
 ``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
 transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
-detection head's ROIPooling and ROIAlign, FlowNet's Correlation, im2col, SVMOutput): refused before, they train partitioned equal to one device (``tofu run --check``, the
+detection head's ROIPooling and ROIAlign, FlowNet's Correlation, im2col, SVMOutput, Pooling's lp type, cumsum): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -158,12 +158,22 @@ def _svm(path):
     return "data=8,12", "svm_label=8"
 
 
+def _lp_pool_cumsum(path):
+    """L2 pooling (Pooling's pool_type 'lp') of convolution features, and a cumulative sum down the rows."""
+    x = mx.sym.var("data")                                          # (4, 3, 8, 8)
+    h = mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv")
+    pooled = mx.sym.Pooling(h, kernel=(2, 2), stride=(2, 2), pool_type="lp", p_value=2)
+    out = mx.sym.FullyConnected(mx.sym.cumsum(pooled, axis=2), num_hidden=3, name="fc")
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(out)), name="loss").save(str(path))
+    return "data=4,3,8,8"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
                                    _spatial_transformer, _gaussian_process, _detection_head, _optical_flow,
-                                   _involution, _svm],
+                                   _involution, _svm, _lp_pool_cumsum],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
                               "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head",
-                              "optical-flow", "involution-im2col", "svm-output"])
+                              "optical-flow", "involution-im2col", "svm-output", "lp-pool-cumsum"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"

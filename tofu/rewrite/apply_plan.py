@@ -429,6 +429,9 @@ def _one_replica(node: Node, produced: list[Held]) -> list[Held]:
 
 def _op_function(op: str):
     fn = getattr(mx.sym, op, None) or getattr(mx.sym._internal, op, None)
+    if fn is None and op.startswith("_np_") and _same_op(op, op[4:]):
+        fn = getattr(mx.sym, op[4:], None)    # a numpy operator's legacy alias (_np_cumsum: mx.sym.cumsum); its
+        #                                       mx.sym.np function takes numpy symbols only
     if fn is None and op.startswith("_"):      # MXNet keeps _contrib_X, _image_X as mx.sym.contrib.X, mx.sym.image.X
         namespace, _, name = op[1:].partition("_")
         module = getattr(mx.sym, namespace, None)
@@ -436,6 +439,21 @@ def _op_function(op: str):
     if fn is None:
         raise RewriteError(f"MXNet has no symbol function for operator '{op}'")
     return fn
+
+
+def _same_op(a: str, b: str) -> bool:
+    """Whether MXNet registers the names ``a`` and ``b`` for one operator (one is the other's alias)."""
+    import ctypes
+
+    from mxnet.base import OpHandle, _LIB, c_str
+
+    handles = []
+    for name in (a, b):
+        h = OpHandle()
+        if _LIB.NNGetOpHandle(c_str(name), ctypes.byref(h)) != 0:
+            return False
+        handles.append(h.value)
+    return handles[0] is not None and handles[0] == handles[1]
 
 
 def _place_ungrouped(symbol: mx.sym.Symbol) -> mx.sym.Symbol:
