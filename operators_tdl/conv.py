@@ -9,8 +9,8 @@ transposed form) reads ``(y + pad - dy*dilate) // stride`` where that division i
 """
 from __future__ import annotations
 
-import math
 
+from operators_tdl.shape import unravel
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 _SPATIAL_NAMES = {1: ("x",), 2: ("y", "x"), 3: ("z", "y", "x")}
@@ -191,12 +191,6 @@ class Im2colAttrs:
     pad: tuple[int, ...] = ()
 
 
-def _digits(j: IndexExpr, extents: Sequence[int]) -> tuple[IndexExpr, ...]:
-    """The row-major digits of a flat index ``j`` over ``extents``: j = sum_d digit_d prod(extents[d+1:])."""
-    return tuple((j // math.prod(extents[d + 1:])) % n if d else j // math.prod(extents[1:])
-                 for d, n in enumerate(extents))
-
-
 @tdl_op("im2col", inputs=("data",), attrs=Im2colAttrs, cases=[
     Case(shapes=((2, 3, 5, 4),), attrs={"kernel": (2, 2)}),
     Case(shapes=((1, 2, 6, 7),), attrs={"kernel": (3, 2), "stride": (2, 1), "dilate": (1, 2), "pad": (1, 1)}),
@@ -216,6 +210,6 @@ def im2col(data: TensorVar, attrs: Im2colAttrs) -> Callable:
                  for n, k, s, r, p in zip(data.shape[2:], kernel, stride, dilate, pad))
 
     def out(n: Var, j: Var, l: Var) -> ValueExpr:
-        c, *ds = _digits(j, (data.shape[1], *kernel))
-        return data.at((n, c, *window_index(_digits(l, outs), ds, stride, dilate, pad)), fill=0.0)
+        c, *ds = unravel(j, (data.shape[1], *kernel))
+        return data.at((n, c, *window_index(unravel(l, outs), ds, stride, dilate, pad)), fill=0.0)
     return out

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from operators_tdl.shape import unravel
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 Reducer = Callable[..., ValueExpr]
@@ -235,7 +236,7 @@ def cumsum(a: TensorVar, attrs: CumsumAttrs) -> Callable:
     if attrs.axis is None:
         if a.ndim != 1:
             flat = compute("flat", (math.prod(a.shape),),
-                           lambda j: a[tuple(_digit(j, a.shape, d) for d in range(a.ndim))])
+                           lambda j: a[tuple(unravel(j, a.shape))])
             return lambda i: Sum(lambda k: where(le(IndexValue(k - i), 0), flat[k], 0.0), extents=(flat.shape[0],))
         axis = 0
     else:
@@ -249,8 +250,3 @@ def cumsum(a: TensorVar, attrs: CumsumAttrs) -> Callable:
     return lambda *o: Sum(lambda k: where(le(IndexValue(k - o[axis]), 0), a[(*o[:axis], k, *o[axis + 1:])], 0.0),
                           extents=(n,))
 
-
-def _digit(j: Var, shape: tuple[int, ...], d: int) -> IndexExpr:
-    """Digit d of the row-major flat index j over ``shape``."""
-    inner = math.prod(shape[d + 1:])
-    return j // inner if d == 0 else (j // inner) % shape[d]

@@ -32,7 +32,7 @@ def _ravel(idx: Sequence[IndexExpr], shape: Shape) -> IndexExpr:
     return flat
 
 
-def _unravel(flat: IndexExpr, shape: Shape) -> list[IndexExpr]:
+def unravel(flat: IndexExpr, shape: Shape) -> list[IndexExpr]:
     """Row-major multi-index of ``flat`` in ``shape`` (no ``%`` on the outermost, no ``//`` on the innermost)."""
     out = []
     for d, n in enumerate(shape):
@@ -52,7 +52,7 @@ def _reshaped(in_shape: Shape, out_shape: Shape, o: Sequence[Var]) -> tuple[Inde
            and in_shape[len(in_shape) - 1 - s] == out_shape[len(out_shape) - 1 - s]):
         s += 1
     mid_in, mid_out = in_shape[p:len(in_shape) - s], out_shape[p:len(out_shape) - s]
-    mid = _unravel(_ravel(o[p:len(out_shape) - s], mid_out), mid_in)
+    mid = unravel(_ravel(o[p:len(out_shape) - s], mid_out), mid_in)
     return (*o[:p], *mid, *o[len(out_shape) - s:])
 
 
@@ -74,7 +74,7 @@ def reshape(data: TensorVar, attrs: NoAttrs, *, out_shapes: Sequence[Shape]) -> 
 ])
 def flatten(data: TensorVar, attrs: NoAttrs) -> Callable:
     """out[b, j] = data[b, unravel(j, data.shape[1:])]  (collapses all axes but the first)."""
-    return lambda b, j: data[(b, *_unravel(j, data.shape[1:]))]
+    return lambda b, j: data[(b, *unravel(j, data.shape[1:]))]
 
 
 def _permuted(x: TensorVar, perm: Sequence[int]) -> Callable:
@@ -353,7 +353,7 @@ class RepeatAttrs:
 def repeat(data: TensorVar, attrs: RepeatAttrs) -> Callable:
     """out[..., j, ...] = data[..., j // repeats, ...]  along ``axis`` (None: of the flattened data)."""
     if attrs.axis is None:
-        return lambda j: data[tuple(_unravel(j // attrs.repeats, data.shape))]
+        return lambda j: data[tuple(unravel(j // attrs.repeats, data.shape))]
     axis = _axis(attrs.axis, data.ndim, "repeat")
     return lambda *o: data[_replace(o, axis, o[axis] // attrs.repeats)]
 
