@@ -9,7 +9,6 @@ transposed form) reads ``(y + pad - dy*dilate) // stride`` where that division i
 """
 from __future__ import annotations
 
-
 from operators_tdl.shape import unravel
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
