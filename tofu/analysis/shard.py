@@ -9,9 +9,10 @@ rewrite of the original attributes makes the kernel produce exactly the shard's 
 shard's input shapes, trying in order of fewest changes:
 
 * an integer attribute equal to the full extent of an output dimension that the shard shrinks takes the
-  shard's extent (``num_hidden``, ``num_filter``, ``output_dim``), or 0 (an offset such as ``begin`` or an
-  image crop's ``x``: the piece starts where the read does; also when the offset equals the input count);
-* an integer attribute equal to the number of inputs takes the number of inputs the shard reads (``num_args``);
+  shard's extent (``num_hidden``, ``num_filter``, ``output_dim``; also one that equals the input count), or 0
+  (an offset such as ``begin`` or an image crop's ``x``: the piece starts where the read does; also when the
+  offset equals the input count);
+* ``num_args``, MXNet's count of a variadic op's inputs, takes the number of inputs the shard reads;
 * an integer attribute that counts groups of an extent the shard shrinks shrinks with it (``num_group`` 2 -> 1
   when a group-aligned channel split halves the channels), and a negative one (a position counted from the
   end) may become None (the piece already ends where the slice does);
@@ -364,10 +365,11 @@ def _candidates(attrs: Attrs, wanted: Sequence[Shape], full_shapes: Sequence[Sha
     for name, value in attrs.items():
         alts: list[AttrValue] = []
         if isinstance(value, int) and not isinstance(value, bool):
-            if value == n_inputs and n_present != n_inputs:
-                alts.append(n_present)      # an input count (num_args) follows the inputs
-            if value != n_inputs:
-                for fs, ws in zip(full_shapes, wanted):
+            if name == "num_args":
+                if value == n_inputs and n_present != n_inputs:
+                    alts.append(n_present)  # an input count follows the inputs
+            else:                           # an output extent (num_filter), also one that equals the input count
+                for fs, ws in zip(full_shapes, wanted):          # (4 filters of data, offset, weight and bias)
                     for a, b in zip(fs, ws):
                         if a != b and value == a and b not in alts:
                             alts.append(b)
