@@ -165,7 +165,7 @@ def _potri(l: np.ndarray) -> np.ndarray:
 
 @tdl_op("_linalg_potri", inputs=("A",), cases=[
     Case(shapes=((4, 4),), spd=(0,)),
-    Case(shapes=((3, 2, 2),), spd=(0,)),
+    Case(shapes=((4, 2, 3, 3),), spd=(0,)),
 ])
 def potri(a: TensorVar, attrs: NoAttrs) -> Callable:
     """out[..., i, j] = (L L^T)^-1[..., i, j] with L the lower triangle of A (a Cholesky factor: the inverse of
