@@ -1,5 +1,6 @@
 """TDL descriptions of the convolution family: Convolution, Deconvolution (1-D, 2-D and 3-D, channels first),
-and FlowNet's Correlation of two feature maps, im2col (a convolution's patches as columns). Not described:
+and FlowNet's Correlation of two feature maps, im2col (a convolution's patches as columns), the deformable
+convolution. Not described:
 col2im, whose flattened patch positions the interval analysis bounds only loosely where a read is masked out.
 
 One spatial rank-generic form: output position ``x`` of a dimension reads input position
@@ -8,6 +9,8 @@ zero padding is a fill value and every access stays affine in the index variable
 transposed form) reads ``(y + pad - dy*dilate) // stride`` where that division is exact, else zero.
 """
 from __future__ import annotations
+
+import numpy as np
 
 from operators_tdl.shape import unravel
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
@@ -211,4 +214,106 @@ def im2col(data: TensorVar, attrs: Im2colAttrs) -> Callable:
     def out(n: Var, j: Var, l: Var) -> ValueExpr:
         c, *ds = unravel(j, (data.shape[1], *kernel))
         return data.at((n, c, *window_index(unravel(l, outs), ds, stride, dilate, pad)), fill=0.0)
+    return out
+
+
+@dataclass(frozen=True)
+class DeformableConvolutionAttrs:
+    kernel: tuple[int, ...]
+    num_filter: int
+    stride: tuple[int, ...] = ()
+    dilate: tuple[int, ...] = ()
+    pad: tuple[int, ...] = ()
+    num_group: int = 1
+    num_deformable_group: int = 1
+    no_bias: bool = False
+    layout: str | None = None
+
+
+def _deformable_taps(kernel: tuple[int, int], dilate: tuple[int, int]) -> Callable:
+    """Every kernel tap of one output position sampled bilinearly (MXNet 1.9.1's deformable im2col) from a
+    channel ``image`` (..., H, W) at the window's unmoved corner (``top``, ``left``: (...) each), moved by the tap's
+    offset: ``offset``
+    (..., G 2 kh kw) holds (dy, dx) per tap, row-major, for each of G deformable groups, ``group`` (...) says whose
+    are the channel's. A sample is 0 unless 0 <= y < H and 0 <= x < W; a sample in the last row or column
+    reads that row or column alone. Returns (..., kh, kw)."""
+    kh, kw = kernel
+
+    def run(image: np.ndarray, offset: np.ndarray, group: np.ndarray, top: np.ndarray, left: np.ndarray) -> np.ndarray:
+        h, w = image.shape[-2:]
+        lead = np.broadcast_shapes(image.shape[:-2], offset.shape[:-1], group.shape, top.shape, left.shape)
+        image = np.broadcast_to(image.astype(np.float64), lead + (h, w)).reshape(*lead, h * w)
+        offset = np.broadcast_to(offset.astype(np.float64), lead + offset.shape[-1:]).reshape(*lead, -1, 2 * kh * kw)
+        group = np.broadcast_to(group, lead).astype(np.int64)[..., None, None]
+        offset = np.take_along_axis(offset, group, axis=-2)[..., 0, :].reshape(*lead, kh, kw, 2)
+        top = np.broadcast_to(top.astype(np.float64), lead)[..., None, None]
+        left = np.broadcast_to(left.astype(np.float64), lead)[..., None, None]
+        y = top + np.arange(kh)[:, None] * dilate[0] + offset[..., 0]
+        x = left + np.arange(kw)[None, :] * dilate[1] + offset[..., 1]
+        sampled = (y >= 0) & (x >= 0) & (y < h) & (x < w)
+
+        def corners(v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            low = np.clip(np.floor(v), 0, n - 1)
+            last = low >= n - 1
+            return low, np.where(last, low, low + 1), np.where(last, 0.0, np.clip(v, 0, n - 1) - low)
+
+        y0, y1, ly = corners(y, h)
+        x0, x1, lx = corners(x, w)
+
+        def at(yy: np.ndarray, xx: np.ndarray) -> np.ndarray:
+            flat = (yy * w + xx).astype(np.int64).reshape(*lead, kh * kw)
+            return np.take_along_axis(image, flat, axis=-1).reshape(y.shape)
+
+        out = ((1 - ly) * (1 - lx) * at(y0, x0) + (1 - ly) * lx * at(y0, x1) + ly * (1 - lx) * at(y1, x0)
+               + ly * lx * at(y1, x1))
+        return np.where(sampled, out, 0.0).astype(np.float32)
+    return run
+
+
+@tdl_op("_contrib_DeformableConvolution", inputs=("data", "offset", "weight", "bias?"),
+        attrs=DeformableConvolutionAttrs, cases=[
+    Case(shapes=((2, 3, 5, 5), (2, 18, 5, 5), (4, 3, 3, 3), (4,)),
+         attrs={"kernel": (3, 3), "num_filter": 4, "pad": (1, 1)}),
+    Case(shapes=((1, 4, 6, 7), (1, 16, 3, 7), (4, 2, 2, 2)),
+         attrs={"kernel": (2, 2), "num_filter": 4, "stride": (2, 1), "dilate": (1, 2), "pad": (0, 1),
+                "num_group": 2, "num_deformable_group": 2, "no_bias": True}),
+    # output rows and columns that divide by 2 and 4: their splits must be found unrunnable on the kernel
+    Case(shapes=((2, 2, 4, 4), (2, 18, 4, 4), (2, 2, 3, 3), (2,)), attrs={"kernel": (3, 3), "num_filter": 2,
+                                                                       "pad": (1, 1)}),
+])
+def deformable_convolution(data: TensorVar, offset: TensorVar, weight: TensorVar, bias: TensorVar | None,
+                           attrs: DeformableConvolutionAttrs) -> Callable:
+    """A deformable convolution (2-D): out[b, co, y, x] = sum_{ci, dy, dx} weight[co, ci, dy, dx] * data[b, g Cg
+    + ci] sampled bilinearly at (y stride - pad + dy dilate, x stride - pad + dx dilate) + offset[b, 2 (tap) +
+    {0, 1} of deformable group, y, x] + bias[co]. Where a tap samples is a value of ``offset``: an ``Opaque``
+    function of a whole channel of the image, so the image's rows and columns never split; the batch, the
+    output channels and positions do, and the input channels as partial sums."""
+    nd = spatial_params("_contrib_DeformableConvolution", data, attrs.layout, attrs.kernel, attrs.stride,
+                        attrs.dilate, attrs.pad)
+    if nd != 2:
+        raise TDLError(f"_contrib_DeformableConvolution: {nd}-D data is not described, only 2-D")
+    stride, dilate, pad = (per_dim(attrs.stride, nd, 1), per_dim(attrs.dilate, nd, 1), per_dim(attrs.pad, nd, 0))
+    kernel = tuple(attrs.kernel)
+    in_per_group, out_per_group = data.shape[1] // attrs.num_group, attrs.num_filter // attrs.num_group
+    per_deformable = data.shape[1] // attrs.num_deformable_group
+    outs = offset.shape[2:]
+    # each output position's unmoved window corner, (y stride - pad, x stride - pad): indices, as tensors (a
+    # shard's kernel places its own rows from 0, so the proof keeps splits of the positions off MXNet's kernel)
+    top = compute("top", (outs[0],), lambda y: IndexValue(y * stride[0] - pad[0]))
+    left = compute("left", (outs[1],), lambda x: IndexValue(x * stride[1] - pad[1]))
+    group_of = compute("deformable_group", (data.shape[1],), lambda c: IndexValue(c // per_deformable))
+    sample = Opaque("deformable_taps", _deformable_taps(kernel, dilate))
+    with_bias = bias is not None and not attrs.no_bias
+
+    def out(b: Var, co: Var, y: Var, x: Var) -> ValueExpr:
+        group = (co // out_per_group) * in_per_group if attrs.num_group > 1 else 0
+
+        def term(v: tuple[Var, ...]) -> ValueExpr:
+            ci, dy, dx = v
+            channel = group + ci
+            return sample(data[b, channel, :, :], offset[b, :, y, x], group_of[channel], top[y], left[x])[dy, dx] \
+                * weight[co, ci, dy, dx]
+
+        total = Sum(nary(["ci", "dy", "dx"], term), extents=(in_per_group, *kernel))
+        return total + bias[co] if with_bias else total
     return out

@@ -228,8 +228,8 @@ def _roi_align(pooled: tuple[int, int], scale: float, ratio: int, aligned: bool)
 def roi_align(data: TensorVar, rois: TensorVar, attrs: ROIAlignAttrs) -> Callable:
     """out[r, c, i, j] = the mean of bilinear samples of data[rois[r, 0], c] on a grid in bin (i, j) of region r
     (corners rois[r, 1:] x spatial_scale); 0 for a region whose batch index is negative (MXNet 1.9.1's CPU kernel
-    then also zeroes an element of another region: tests/operators/test_roi.py). position_sensitive (each bin its
-    own channel group) is not described."""
+    writes that zero into another region's output and leaves the region's own unset: tests/operators/test_roi.py).
+    position_sensitive (each bin its own channel group) is not described."""
     if attrs.position_sensitive:
         raise TDLError("_contrib_ROIAlign: position_sensitive (each bin reads its own group of channels) is not "
                        "described")

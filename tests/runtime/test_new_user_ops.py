@@ -2,7 +2,8 @@
 ``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
 transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
-detection head's ROIPooling and ROIAlign, FlowNet's Correlation, im2col, SVMOutput, Pooling's lp type, cumsum): refused before, they train partitioned equal to one device (``tofu run --check``, the
+detection head's ROIPooling and ROIAlign, FlowNet's Correlation, im2col, SVMOutput, Pooling's lp type, cumsum,
+the deformable convolution): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -168,12 +169,25 @@ def _lp_pool_cumsum(path):
     return "data=4,3,8,8"
 
 
+def _deformable(path):
+    """A deformable convolution block (DCNv1): a convolution predicts each output position's 3 x 3 tap offsets,
+    with which the deformable convolution samples the features."""
+    x = mx.sym.var("data")                                          # (4, 4, 6, 6)
+    h = mx.sym.Activation(mx.sym.Convolution(x, num_filter=4, kernel=(3, 3), pad=(1, 1), name="conv1"),
+                          act_type="relu")
+    offset = mx.sym.Convolution(h, num_filter=18, kernel=(3, 3), pad=(1, 1), name="offset") * 0.5
+    y = mx.sym.contrib.DeformableConvolution(h, offset, kernel=(3, 3), pad=(1, 1), num_filter=4, name="dcn")
+    out = mx.sym.FullyConnected(mx.sym.Activation(y, act_type="relu"), num_hidden=3, name="fc")
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(out)), name="loss").save(str(path))
+    return "data=4,4,6,6"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
                                    _spatial_transformer, _gaussian_process, _detection_head, _optical_flow,
-                                   _involution, _svm, _lp_pool_cumsum],
+                                   _involution, _svm, _lp_pool_cumsum, _deformable],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
                               "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head",
-                              "optical-flow", "involution-im2col", "svm-output", "lp-pool-cumsum"])
+                              "optical-flow", "involution-im2col", "svm-output", "lp-pool-cumsum", "deformable-conv"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"
