@@ -286,8 +286,9 @@ def deformable_convolution(data: TensorVar, offset: TensorVar, weight: TensorVar
     """A deformable convolution (2-D): out[b, co, y, x] = sum_{ci, dy, dx} weight[co, ci, dy, dx] * data[b, g Cg
     + ci] sampled bilinearly at (y stride - pad + dy dilate, x stride - pad + dx dilate) + offset[b, 2 (tap) +
     {0, 1} of deformable group, y, x] + bias[co]. Where a tap samples is a value of ``offset``: an ``Opaque``
-    function of a whole channel of the image, so the image's rows and columns never split; the batch, the
-    output channels and positions do, and the input channels as partial sums."""
+    function of a whole channel of the image, so the image's rows and columns never split; the batch and the
+    output channels do, and the input channels as partial sums. The output positions split too, but not on
+    MXNet's kernel, which places a shard's first row at the image's (the proof refuses them)."""
     nd = spatial_params("_contrib_DeformableConvolution", data, attrs.layout, attrs.kernel, attrs.stride,
                         attrs.dilate, attrs.pad)
     if nd != 2:
