@@ -1,5 +1,5 @@
 """TDL descriptions of the pooling family: Pooling (max, avg, sum; 1-D..3-D, channels first), and the
-region-of-interest pooling of detection heads, ROIPooling and _contrib_ROIAlign.
+region-of-interest pooling of detection heads, ROIPooling, _contrib_ROIAlign and R-FCN's _contrib_PSROIPooling.
 
 A pooled value is a reduction over the window, read at ``x*stride + dx - pad`` (:func:`~operators_tdl.conv.
 window_index`) through ``.at``: padding reads ``NEG_INF`` for max pooling and 0 for sums. The divisor of average
@@ -236,3 +236,54 @@ def roi_align(data: TensorVar, rois: TensorVar, attrs: ROIAlignAttrs) -> Callabl
     pool = Opaque("roi_align", _regions(_roi_align(tuple(attrs.pooled_size), attrs.spatial_scale,
                                                    attrs.sample_ratio, attrs.aligned)))
     return lambda r, c, i, j: pool(data[:, c, :, :], rois[r, :])[i, j]
+
+
+@dataclass(frozen=True)
+class PSROIPoolingAttrs:
+    spatial_scale: float
+    output_dim: int
+    pooled_size: int
+    group_size: int = 0             # 0: pooled_size
+
+
+def _roi_mean(pooled: int, scale: float) -> Callable:
+    """R-FCN's position-sensitive pooling of one channel (MXNet's PSROIPooling): the region's corners rounded,
+    then scaled (its far corner one pixel on), at least 0.1 x 0.1, cut into pooled x pooled bins (floor of a
+    bin's start, ceil of its end, clipped to the image), the mean of each; an empty bin gives 0."""
+    def fn(images: np.ndarray, roi: np.ndarray) -> np.ndarray:
+        image = images[int(roi[0])]
+        h, w = image.shape
+        x1, y1 = _round(roi[1]) * scale, _round(roi[2]) * scale
+        x2, y2 = (_round(roi[3]) + 1.0) * scale, (_round(roi[4]) + 1.0) * scale
+        bin_h, bin_w = max(y2 - y1, 0.1) / pooled, max(x2 - x1, 0.1) / pooled
+        out = np.zeros((pooled, pooled))
+        for i in range(pooled):
+            h0, h1 = (int(min(max(v, 0), h)) for v in (np.floor(i * bin_h + y1), np.ceil((i + 1) * bin_h + y1)))
+            for j in range(pooled):
+                w0, w1 = (int(min(max(v, 0), w)) for v in (np.floor(j * bin_w + x1), np.ceil((j + 1) * bin_w + x1)))
+                if h1 > h0 and w1 > w0:
+                    out[i, j] = image[h0:h1, w0:w1].mean()
+        return out
+    return fn
+
+
+@tdl_op("_contrib_PSROIPooling", inputs=("data", "rois"), attrs=PSROIPoolingAttrs, cases=[
+    Case(shapes=((6, 8, 6, 6), (4, 5)), uniform=((1, 0.0, 6.0),),
+         attrs={"spatial_scale": 1.0, "output_dim": 2, "pooled_size": 2}),
+    Case(shapes=((7, 18, 5, 7), (6, 5)), uniform=((1, 0.0, 7.0),),
+         attrs={"spatial_scale": 0.75, "output_dim": 2, "pooled_size": 3}),
+    Case(shapes=((4, 16, 6, 6), (4, 5)), uniform=((1, 0.0, 4.0),),
+         attrs={"spatial_scale": 1.0, "output_dim": 4, "pooled_size": 4, "group_size": 2}),
+])
+def ps_roi_pooling(data: TensorVar, rois: TensorVar, attrs: PSROIPoolingAttrs) -> Callable:
+    """out[r, c, i, j] = the mean of data[rois[r, 0], (c G + gi) G + gj] over bin (i, j) of region r, with the
+    group of the bin gi = i G // P, gj = j G // P (G = group_size, P = pooled_size): each bin reads its own
+    channel, an index affine in (c, i, j), so the output channels split as the data's channels do."""
+    pooled = attrs.pooled_size
+    group = attrs.group_size or pooled
+    pool = Opaque("roi_mean", _regions(_roi_mean(pooled, attrs.spatial_scale)))
+
+    def out(r: Var, c: Var, i: Var, j: Var) -> ValueExpr:
+        gi, gj = (i, j) if group == pooled else ((i * group) // pooled, (j * group) // pooled)
+        return pool(data[:, (c * group + gi) * group + gj, :, :], rois[r, :])[i, j]
+    return out

@@ -2,8 +2,8 @@
 ``_contrib_arange_like``, GluonNLP BERT's interleaved attention products, the straight-through estimators, the
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
 transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
-detection head's ROIPooling and ROIAlign, FlowNet's Correlation, im2col, SVMOutput, Pooling's lp type, cumsum,
-the deformable convolution): refused before, they train partitioned equal to one device (``tofu run --check``, the
+detection head's ROIPooling, ROIAlign and PSROIPooling, FlowNet's Correlation, im2col, SVMOutput, Pooling's lp
+type, cumsum, the deformable convolution): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -182,12 +182,27 @@ def _deformable(path):
     return "data=4,4,6,6"
 
 
+def _rfcn(path):
+    """R-FCN's head: position-sensitive score maps (3 classes x 2 x 2 bins) pooled per region, each bin from its
+    own map, and voted (averaged over the bins)."""
+    x, boxes = mx.sym.var("data"), mx.sym.var("boxes")             # images (2, 3, 8, 8), 4 regions' (4,)
+    maps = mx.sym.Convolution(x, num_filter=12, kernel=(3, 3), pad=(1, 1), name="scores")
+    image = mx.sym.reshape(mx.sym.floor(mx.sym.arange(0, 4) / 2), shape=(4, 1))
+    corner = mx.sym.sigmoid(mx.sym.slice_axis(boxes, axis=1, begin=0, end=2)) * 4
+    rois = mx.sym.concat(image, corner, corner + 3, dim=1)
+    pooled = mx.sym.contrib.PSROIPooling(maps, rois, spatial_scale=1.0, output_dim=3, pooled_size=2)
+    votes = mx.sym.mean(pooled, axis=(2, 3))                       # (4, 3)
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(votes)), name="loss").save(str(path))
+    return "data=2,3,8,8", "boxes=4,4"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
                                    _spatial_transformer, _gaussian_process, _detection_head, _optical_flow,
-                                   _involution, _svm, _lp_pool_cumsum, _deformable],
+                                   _involution, _svm, _lp_pool_cumsum, _deformable, _rfcn],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
                               "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head",
-                              "optical-flow", "involution-im2col", "svm-output", "lp-pool-cumsum", "deformable-conv"])
+                              "optical-flow", "involution-im2col", "svm-output", "lp-pool-cumsum", "deformable-conv",
+                              "rfcn-psroi"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"
