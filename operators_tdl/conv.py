@@ -1,7 +1,7 @@
 """TDL descriptions of the convolution family: Convolution, Deconvolution (1-D, 2-D and 3-D, channels first),
 and FlowNet's Correlation of two feature maps, im2col (a convolution's patches as columns), the deformable
-convolution. Not described:
-col2im, whose flattened patch positions the interval analysis bounds only loosely where a read is masked out.
+convolutions (DCNv1, and DCNv2 with its mask). Not described: col2im, whose flattened patch positions the
+interval analysis bounds only loosely where a read is masked out.
 
 One spatial rank-generic form: output position ``x`` of a dimension reads input position
 ``x*stride + dx*dilate - pad`` (:func:`window_index`, shared with pooling) through ``.at(..., fill=0.0)``, so
@@ -230,43 +230,58 @@ class DeformableConvolutionAttrs:
     layout: str | None = None
 
 
-def _deformable_taps(kernel: tuple[int, int], dilate: tuple[int, int]) -> Callable:
+def _deformable_taps(kernel: tuple[int, int], dilate: tuple[int, int], modulated: bool = False) -> Callable:
     """Every kernel tap of one output position sampled bilinearly (MXNet 1.9.1's deformable im2col) from a
-    channel ``image`` (..., H, W) at the window's unmoved corner (``top``, ``left``: (...) each), moved by the tap's
-    offset: ``offset``
-    (..., G 2 kh kw) holds (dy, dx) per tap, row-major, for each of G deformable groups, ``group`` (...) says whose
-    are the channel's. A sample is 0 unless 0 <= y < H and 0 <= x < W; a sample in the last row or column
-    reads that row or column alone. Returns (..., kh, kw)."""
+    channel ``image`` (..., H, W) at the window's unmoved corner (``top``, ``left``: (...) each), moved by the
+    tap's offset: ``offset`` (..., G 2 kh kw) holds (dy, dx) per tap, row-major, for each of G deformable groups,
+    ``group`` (...) says whose are the channel's. DCNv1 (``modulated`` False): 0 unless 0 <= y < H and 0 <= x <
+    W, a sample in the last row or column reading that row or column alone. DCNv2 (``modulated``): 0 unless -1 <
+    y < H and -1 < x < W, a corner outside the image reading 0, and each tap times its ``mask`` (..., G kh kw)
+    value. Returns (..., kh, kw)."""
     kh, kw = kernel
 
-    def run(image: np.ndarray, offset: np.ndarray, group: np.ndarray, top: np.ndarray, left: np.ndarray) -> np.ndarray:
+    def run(image: np.ndarray, offset: np.ndarray, group: np.ndarray, top: np.ndarray, left: np.ndarray,
+            mask: np.ndarray | None = None) -> np.ndarray:
         h, w = image.shape[-2:]
-        lead = np.broadcast_shapes(image.shape[:-2], offset.shape[:-1], group.shape, top.shape, left.shape)
+        shapes = [image.shape[:-2], offset.shape[:-1], group.shape, top.shape, left.shape]
+        lead = np.broadcast_shapes(*shapes, *([mask.shape[:-1]] if mask is not None else []))
         image = np.broadcast_to(image.astype(np.float64), lead + (h, w)).reshape(*lead, h * w)
-        offset = np.broadcast_to(offset.astype(np.float64), lead + offset.shape[-1:]).reshape(*lead, -1, 2 * kh * kw)
         group = np.broadcast_to(group, lead).astype(np.int64)[..., None, None]
-        offset = np.take_along_axis(offset, group, axis=-2)[..., 0, :].reshape(*lead, kh, kw, 2)
+
+        def own(v: np.ndarray, per_tap: int) -> np.ndarray:      # the channel's deformable group's block
+            v = np.broadcast_to(v.astype(np.float64), lead + v.shape[-1:]).reshape(*lead, -1, per_tap * kh * kw)
+            return np.take_along_axis(v, group, axis=-2)[..., 0, :]
+
+        offset = own(offset, 2).reshape(*lead, kh, kw, 2)
         top = np.broadcast_to(top.astype(np.float64), lead)[..., None, None]
         left = np.broadcast_to(left.astype(np.float64), lead)[..., None, None]
         y = top + np.arange(kh)[:, None] * dilate[0] + offset[..., 0]
         x = left + np.arange(kw)[None, :] * dilate[1] + offset[..., 1]
-        sampled = (y >= 0) & (x >= 0) & (y < h) & (x < w)
-
-        def corners(v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            low = np.clip(np.floor(v), 0, n - 1)
-            last = low >= n - 1
-            return low, np.where(last, low, low + 1), np.where(last, 0.0, np.clip(v, 0, n - 1) - low)
-
-        y0, y1, ly = corners(y, h)
-        x0, x1, lx = corners(x, w)
 
         def at(yy: np.ndarray, xx: np.ndarray) -> np.ndarray:
-            flat = (yy * w + xx).astype(np.int64).reshape(*lead, kh * kw)
-            return np.take_along_axis(image, flat, axis=-1).reshape(y.shape)
+            inside = (yy >= 0) & (yy <= h - 1) & (xx >= 0) & (xx <= w - 1)
+            flat = (np.clip(yy, 0, h - 1) * w + np.clip(xx, 0, w - 1)).astype(np.int64).reshape(*lead, kh * kw)
+            return np.where(inside, np.take_along_axis(image, flat, axis=-1).reshape(y.shape), 0.0)
 
+        if modulated:
+            sampled = (y > -1) & (x > -1) & (y < h) & (x < w)
+            y0, x0 = np.floor(y), np.floor(x)
+            y1, x1, ly, lx = y0 + 1, x0 + 1, y - y0, x - x0
+        else:
+            sampled = (y >= 0) & (x >= 0) & (y < h) & (x < w)
+
+            def corners(v: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                low = np.clip(np.floor(v), 0, n - 1)
+                last = low >= n - 1
+                return low, np.where(last, low, low + 1), np.where(last, 0.0, np.clip(v, 0, n - 1) - low)
+
+            (y0, y1, ly), (x0, x1, lx) = corners(y, h), corners(x, w)
         out = ((1 - ly) * (1 - lx) * at(y0, x0) + (1 - ly) * lx * at(y0, x1) + ly * (1 - lx) * at(y1, x0)
                + ly * lx * at(y1, x1))
-        return np.where(sampled, out, 0.0).astype(np.float32)
+        out = np.where(sampled, out, 0.0)
+        if mask is not None:
+            out = out * own(mask, 1).reshape(*lead, kh, kw)
+        return out.astype(np.float32)
     return run
 
 
@@ -289,10 +304,15 @@ def deformable_convolution(data: TensorVar, offset: TensorVar, weight: TensorVar
     function of a whole channel of the image, so the image's rows and columns never split; the batch and the
     output channels do, and the input channels as partial sums. The output positions split too, but not on
     MXNet's kernel, which places a shard's first row at the image's (the proof refuses them)."""
-    nd = spatial_params("_contrib_DeformableConvolution", data, attrs.layout, attrs.kernel, attrs.stride,
-                        attrs.dilate, attrs.pad)
+    return _deformable("_contrib_DeformableConvolution", data, offset, None, weight, bias, attrs)
+
+
+def _deformable(op: str, data: TensorVar, offset: TensorVar, mask: TensorVar | None, weight: TensorVar,
+                bias: TensorVar | None, attrs) -> Callable:
+    """The deformable convolutions' description: DCNv1, or DCNv2 (each tap also times ``mask``)."""
+    nd = spatial_params(op, data, attrs.layout, attrs.kernel, attrs.stride, attrs.dilate, attrs.pad)
     if nd != 2:
-        raise TDLError(f"_contrib_DeformableConvolution: {nd}-D data is not described, only 2-D")
+        raise TDLError(f"{op}: {nd}-D data is not described, only 2-D")
     stride, dilate, pad = (per_dim(attrs.stride, nd, 1), per_dim(attrs.dilate, nd, 1), per_dim(attrs.pad, nd, 0))
     kernel = tuple(attrs.kernel)
     in_per_group, out_per_group = data.shape[1] // attrs.num_group, attrs.num_filter // attrs.num_group
@@ -303,7 +323,8 @@ def deformable_convolution(data: TensorVar, offset: TensorVar, weight: TensorVar
     top = compute("top", (outs[0],), lambda y: IndexValue(y * stride[0] - pad[0]))
     left = compute("left", (outs[1],), lambda x: IndexValue(x * stride[1] - pad[1]))
     group_of = compute("deformable_group", (data.shape[1],), lambda c: IndexValue(c // per_deformable))
-    sample = Opaque("deformable_taps", _deformable_taps(kernel, dilate))
+    sample = Opaque("deformable_taps" if mask is None else "modulated_taps",
+                    _deformable_taps(kernel, dilate, modulated=mask is not None))
     with_bias = bias is not None and not attrs.no_bias
 
     def out(b: Var, co: Var, y: Var, x: Var) -> ValueExpr:
@@ -312,9 +333,35 @@ def deformable_convolution(data: TensorVar, offset: TensorVar, weight: TensorVar
         def term(v: tuple[Var, ...]) -> ValueExpr:
             ci, dy, dx = v
             channel = group + ci
-            return sample(data[b, channel, :, :], offset[b, :, y, x], group_of[channel], top[y], left[x])[dy, dx] \
-                * weight[co, ci, dy, dx]
+            args = [data[b, channel, :, :], offset[b, :, y, x], group_of[channel], top[y], left[x]]
+            if mask is not None:
+                args.append(mask[b, :, y, x])
+            return sample(*args)[dy, dx] * weight[co, ci, dy, dx]
 
         total = Sum(nary(["ci", "dy", "dx"], term), extents=(in_per_group, *kernel))
         return total + bias[co] if with_bias else total
     return out
+
+
+@dataclass(frozen=True)
+class ModulatedDeformableConvolutionAttrs(DeformableConvolutionAttrs):
+    im2col_step: int = 64           # how many images MXNet's kernel unfolds at once: not the result
+
+
+@tdl_op("_contrib_ModulatedDeformableConvolution", inputs=("data", "offset", "mask", "weight", "bias?"),
+        attrs=ModulatedDeformableConvolutionAttrs, cases=[
+    Case(shapes=((2, 3, 5, 5), (2, 18, 5, 5), (2, 9, 5, 5), (4, 3, 3, 3), (4,)),
+         attrs={"kernel": (3, 3), "num_filter": 4, "pad": (1, 1)}),
+    Case(shapes=((1, 4, 6, 7), (1, 16, 3, 7), (1, 8, 3, 7), (4, 2, 2, 2)),
+         attrs={"kernel": (2, 2), "num_filter": 4, "stride": (2, 1), "dilate": (1, 2), "pad": (0, 1),
+                "num_group": 2, "num_deformable_group": 2, "no_bias": True}),
+    Case(shapes=((2, 2, 4, 4), (2, 18, 4, 4), (2, 9, 4, 4), (2, 2, 3, 3), (2,)),
+         attrs={"kernel": (3, 3), "num_filter": 2, "pad": (1, 1)}),
+])
+def modulated_deformable_convolution(data: TensorVar, offset: TensorVar, mask: TensorVar, weight: TensorVar,
+                                     bias: TensorVar | None, attrs: ModulatedDeformableConvolutionAttrs) -> Callable:
+    """DCNv2: the deformable convolution whose every tap is also weighted by mask[b, tap of deformable group, y,
+    x], and sampled as MXNet's modulated im2col samples (0 unless -1 < y < H and -1 < x < W, a corner outside
+    the image reading 0). Splits as _contrib_DeformableConvolution. (MXNet 1.9.1 implements its backward on GPUs
+    only: on CPU contexts it is planned and its forward run, not trained.)"""
+    return _deformable("_contrib_ModulatedDeformableConvolution", data, offset, mask, weight, bias, attrs)

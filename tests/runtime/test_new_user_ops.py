@@ -213,3 +213,22 @@ def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, t
     assert rc == 0, err
     doc = json.loads(out)
     assert doc["check_passed"] and doc["gradient_max_rel_diff"] < 1e-4
+
+
+def test_a_dcn_v2_block_is_planned_with_its_modulated_convolution_split(tmp_path, capsys):
+    """DCNv2 (offsets and a sigmoid mask per tap): MXNet 1.9.1 implements its backward on GPUs only ("only
+    implemented in GPU"), so here it is planned, not trained; its forward is checked against MXNet's kernel,
+    whole and on every shard, by the registry-wide tests."""
+    x = mx.sym.var("data")                                          # (8, 4, 6, 6)
+    h = mx.sym.Activation(mx.sym.Convolution(x, num_filter=8, kernel=(3, 3), pad=(1, 1), name="conv1"),
+                          act_type="relu")
+    offset = mx.sym.Convolution(h, num_filter=18, kernel=(3, 3), pad=(1, 1), name="offset")
+    mask = mx.sym.sigmoid(mx.sym.Convolution(h, num_filter=9, kernel=(3, 3), pad=(1, 1), name="mask"))
+    y = mx.sym.contrib.ModulatedDeformableConvolution(h, offset, mask, kernel=(3, 3), pad=(1, 1), num_filter=8,
+                                                      name="dcn2")
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(y)), name="loss").save(str(tmp_path / "dcn2.json"))
+    rc, out, err = run(capsys, "plan", str(tmp_path / "dcn2.json"), "--shape", "data=8,4,6,6", "--workers", "4",
+                       "--out", str(tmp_path / "plan.json"))
+    assert rc == 0, err
+    steps = json.loads((tmp_path / "plan.json").read_text())["steps"]
+    assert [step["ops"]["dcn2"]["var"] for step in steps] in (["b", "b"], ["b", "co"], ["co", "b"], ["co", "co"])
