@@ -218,16 +218,8 @@ def im2col(data: TensorVar, attrs: Im2colAttrs) -> Callable:
 
 
 @dataclass(frozen=True)
-class DeformableConvolutionAttrs:
-    kernel: tuple[int, ...]
-    num_filter: int
-    stride: tuple[int, ...] = ()
-    dilate: tuple[int, ...] = ()
-    pad: tuple[int, ...] = ()
-    num_group: int = 1
+class DeformableConvolutionAttrs(ConvolutionAttrs):
     num_deformable_group: int = 1
-    no_bias: bool = False
-    layout: str | None = None
 
 
 def _deformable_taps(kernel: tuple[int, int], dilate: tuple[int, int], modulated: bool = False) -> Callable:

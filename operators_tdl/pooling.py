@@ -12,6 +12,7 @@ import math
 import numpy as np
 
 from operators_tdl.conv import per_dim, spatial_params, window_index, window_names
+from tofu.tdl.interpret import round_half_away
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 
@@ -104,11 +105,6 @@ class ROIPoolingAttrs:
     spatial_scale: float
 
 
-def _round(x: np.ndarray) -> np.ndarray:
-    """C's round: halves away from zero."""
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
-
-
 def _regions(fn: Callable) -> Callable:
     """Applies ``fn(images (B, H, W), roi (5,)) -> (ph, pw)`` at every point of the broadcast leading axes of a
     channel of the images (..., B, H, W) and the regions (..., 5)."""
@@ -130,7 +126,7 @@ def _roi_max(pooled: tuple[int, int], scale: float) -> Callable:
     def fn(images: np.ndarray, roi: np.ndarray) -> np.ndarray:
         image = images[int(roi[0])]
         h, w = image.shape
-        x1, y1, x2, y2 = (_round(v * scale) for v in roi[1:])
+        x1, y1, x2, y2 = (round_half_away(v * scale) for v in roi[1:])
         bin_h, bin_w = max(y2 - y1 + 1, 1) / ph, max(x2 - x1 + 1, 1) / pw
         out = np.zeros((ph, pw))
         for i in range(ph):
@@ -253,8 +249,8 @@ def _roi_mean(pooled: int, scale: float) -> Callable:
     def fn(images: np.ndarray, roi: np.ndarray) -> np.ndarray:
         image = images[int(roi[0])]
         h, w = image.shape
-        x1, y1 = _round(roi[1]) * scale, _round(roi[2]) * scale
-        x2, y2 = (_round(roi[3]) + 1.0) * scale, (_round(roi[4]) + 1.0) * scale
+        x1, y1 = round_half_away(roi[1]) * scale, round_half_away(roi[2]) * scale
+        x2, y2 = (round_half_away(roi[3]) + 1.0) * scale, (round_half_away(roi[4]) + 1.0) * scale
         bin_h, bin_w = max(y2 - y1, 0.1) / pooled, max(x2 - x1, 0.1) / pooled
         out = np.zeros((pooled, pooled))
         for i in range(pooled):

@@ -27,7 +27,8 @@ def _special(name: str):
     return fn
 
 
-def _round_half_away(x: np.ndarray) -> np.ndarray:
+def round_half_away(x: np.ndarray) -> np.ndarray:
+    """C's round: halves away from zero (numpy's rounds them to even)."""
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
@@ -37,7 +38,7 @@ _UNARY = {
     "softrelu": lambda x: np.logaddexp(0.0, x), "abs": np.abs, "square": np.square, "log1p": np.log1p,
     "expm1": np.expm1, "sin": np.sin, "cos": np.cos, "sign": np.sign, "erf": _special("erf"),
     "reciprocal": lambda x: 1.0 / x, "arcsin": np.arcsin, "arccos": np.arccos, "arctan": np.arctan,
-    "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": _round_half_away, "rint": np.rint,
+    "floor": np.floor, "ceil": np.ceil, "trunc": np.trunc, "round": round_half_away, "rint": np.rint,
     "gamma": _special("gamma"), "gammaln": _special("gammaln"), "erfinv": _special("erfinv"),
 }
 _BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
