@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from tofu.errors import TofuError
-from tofu.graph.ir import Graph, Role
+from tofu.graph.ir import LOSS_OPS, Graph, Role
 
 
 class CheckpointError(TofuError):
@@ -231,18 +231,75 @@ def _moves_values(desc, p: int) -> bool:
 
 
 def loss(graph: Graph, outputs: Mapping[str, np.ndarray], batch: Mapping[str, np.ndarray]) -> float:
-    """Cross-entropy of a softmax output against the labels (mean over rows); the mean of the first output for
-    a graph without one."""
-    labels = [batch[t.name] for t in graph.by_role(Role.LABEL) if t.name in batch]
+    """The loss of the graph's first loss head that has its label in ``batch`` (:func:`head_loss`); the mean of
+    the first output for a graph without one."""
     for t in graph.heads:
         tensor = graph.tensors[t]
         node = graph.nodes[tensor.producer] if tensor.producer is not None else None
-        if node is not None and node.op == "SoftmaxOutput" and labels:
-            probs = outputs[tensor.name].reshape(-1, tensor.shape[-1])
-            label = labels[0].reshape(-1).astype(np.int64)
-            if label.size == probs.shape[0]:
-                return float(-np.mean(np.log(probs[np.arange(label.size), label] + 1e-12)))
+        if node is None or node.op not in LOSS_OPS:
+            continue
+        if node.op in ("MakeLoss", "make_loss"):
+            return float(np.mean(outputs[tensor.name]))
+        label = _label(graph, node.inputs[1], batch) if len(node.inputs) > 1 else None
+        if label is not None:
+            return head_loss(node.op, node.attrs, outputs[tensor.name], label)
     return float(np.mean(outputs[graph.tensors[graph.heads[0]].name]))
+
+
+def _label(graph: Graph, t: int, batch: Mapping[str, np.ndarray]) -> np.ndarray | None:
+    """Tensor t's values when they are a label fed as it is or reshaped (a label reshaped in the graph, as
+    the zoo's language models feed theirs): the batch's label of its size, in its shape."""
+    tensor = graph.tensors[t]
+    if tensor.name in batch:
+        return batch[tensor.name]
+    size = int(np.prod(tensor.shape))
+    found = [batch[u.name] for u in graph.by_role(Role.LABEL) if u.name in batch and batch[u.name].size == size]
+    return found[0].reshape(tensor.shape) if len(found) == 1 else None
+
+
+def head_loss(op: str, attrs: Mapping, out: np.ndarray, label: np.ndarray) -> float:
+    """The loss a loss head's backward descends, from its forward output ``out`` and ``label``, in float64:
+
+    * SoftmaxOutput: cross-entropy, mean over its rows: the classes along axis 1 (``multi_output``), the last axis
+      (``preserve_shape``), else all axes but the first (MXNet's backward then takes the first n labels); with
+      ``use_ignore``, rows labelled ``ignore_label`` left out;
+    * LinearRegressionOutput / MAERegressionOutput: mean squared / absolute error over the elements;
+    * LogisticRegressionOutput: binary cross-entropy of its probabilities, mean over the elements;
+    * SVMOutput (``out`` is its data): the one-against-all hinge loss its backward descends, per sample the sum
+      over classes j of max(0, margin - t_j data_j) (squared unless ``use_linear``), t_j = 1 for the label's class
+      and -1 for the others, times ``regularization_coefficient``; mean over the samples."""
+    out = np.asarray(out, dtype=np.float64)
+    label = np.asarray(label, dtype=np.float64)
+    if op == "SoftmaxOutput":
+        if attrs.get("multi_output", False):
+            probs, rows = np.moveaxis(out, 1, -1).reshape(-1, out.shape[1]), label.reshape(-1)
+        elif attrs.get("preserve_shape", False):
+            probs, rows = out.reshape(-1, out.shape[-1]), label.reshape(-1)
+        else:
+            probs, rows = out.reshape(out.shape[0], -1), label.reshape(-1)[:out.shape[0]]
+        if attrs.get("use_ignore", False):
+            keep = rows != float(attrs.get("ignore_label", -1.0))
+            probs, rows = probs[keep], rows[keep]
+        if not rows.size:
+            return 0.0
+        picked = probs[np.arange(rows.size), np.clip(rows.astype(np.int64), 0, probs.shape[1] - 1)]
+        return float(-np.mean(np.log(picked + 1e-12)))
+    label = label.reshape(out.shape) if op != "SVMOutput" else label.reshape(-1)
+    if op == "LinearRegressionOutput":
+        return float(np.mean((out - label) ** 2))
+    if op == "MAERegressionOutput":
+        return float(np.mean(np.abs(out - label)))
+    if op == "LogisticRegressionOutput":
+        p = np.clip(out, 1e-12, 1 - 1e-12)
+        return float(-np.mean(label * np.log(p) + (1 - label) * np.log(1 - p)))
+    if op == "SVMOutput":
+        scores = out.reshape(out.shape[0], -1)
+        sign = -np.ones_like(scores)
+        sign[np.arange(scores.shape[0]), label.astype(np.int64)] = 1.0
+        hinge = np.maximum(0.0, float(attrs.get("margin", 1.0)) - sign * scores)
+        per = hinge if attrs.get("use_linear", False) else hinge ** 2
+        return float(attrs.get("regularization_coefficient", 1.0) * np.mean(per.sum(axis=1)))
+    raise ValueError(f"no loss formula for {op}")
 
 
 def save_checkpoint(path: str | Path, graph: Graph, values: Mapping[str, np.ndarray], plan=None) -> None:
