@@ -86,20 +86,60 @@ def _no_length(op: str, length) -> None:
 class SoftmaxAttrs:
     axis: int = -1
     temperature: float | None = None
+    use_length: bool = False
+
+
+def _masked_softmax(x: TensorVar, axis: int, length: TensorVar, temperature: float) -> Callable:
+    """MXNet's softmax with ``use_length``: along ``axis``, row r keeps its first n = length[r] entries,
+    out[i] = exp((x[i] - m) / T) / s where i's position j on the axis is < n, else 0, with m and s the max and the
+    sum of exponentials over those n entries (a row of length 0 is all zeros). length has x's shape without the
+    axis, integers in [0, n_axis] (MXNet reads past the row for others)."""
+    axis %= x.ndim
+    extent = x.shape[axis]
+    if tuple(length.shape) != tuple(d for a, d in enumerate(x.shape) if a != axis):
+        raise TDLError(f"softmax: length {tuple(length.shape)} for data {tuple(x.shape)} along axis {axis}; "
+                       f"described: data's shape without the axis")
+    shape = [d for a, d in enumerate(x.shape) if a != axis]
+
+    def full(row: Sequence, j) -> tuple:
+        return (*row[:axis], j, *row[axis:])
+
+    def within(row: Sequence, j):
+        return lt(IndexValue(j), length.at(tuple(row), valid=(0, extent)))
+
+    m = compute("rowmax", shape, lambda *r: Max(lambda k: where(within(r, k), x[full(r, k)], NEG_INF)))
+    s = compute("rowsum", shape, lambda *r: Sum(
+        lambda k: where(within(r, k), exp((x[full(r, k)] - m[r]) / temperature), 0.0)))
+
+    def out(*i) -> ValueExpr:
+        row = (*i[:axis], *i[axis + 1:])
+        return where(within(row, i[axis]), exp((x[i] - m[row]) / temperature) / s[row], 0.0)
+    return out
 
 
 @tdl_op("softmax", inputs=("data", "length?"), attrs=SoftmaxAttrs, cases=[
     Case(shapes=((4, 6),)),
     Case(shapes=((2, 5, 3),), attrs={"axis": 1, "temperature": 2.0}),
     Case(shapes=((3, 2, 4),), attrs={"axis": 0}),
+    Case(shapes=((4, 6), (4,)), attrs={"use_length": True}, ints=((1, 7),), int32=(1,)),
+    Case(shapes=((2, 5, 3), (2, 3)), attrs={"use_length": True, "axis": 1, "temperature": 0.5}, ints=((1, 6),),
+         int32=(1,)),
 ])
 def softmax(data: TensorVar, length: TensorVar | None, attrs: SoftmaxAttrs) -> Callable:
-    """out[..., i, ...] = exp(x[..., i, ...] / T) / sum_k exp(x[..., k, ...] / T)  over ``axis``."""
-    _no_length("softmax", length)
+    """out[..., i, ...] = exp(x[..., i, ...] / T) / sum_k exp(x[..., k, ...] / T)  over ``axis``; with
+    ``use_length``, each row's entries past its length are left out of both and give 0 (:func:`_masked_softmax`;
+    the length must be an integer tensor, as MXNet's kernel requires)."""
+    if length is not None:
+        return _masked_softmax(data, attrs.axis, length, attrs.temperature or 1.0)
     return _softmax(data, [attrs.axis], attrs.temperature or 1.0)
 
 
-@tdl_expansion("softmax")
+def _softmax_refusal(attrs: SoftmaxAttrs, shapes: Sequence[Sequence[int]]) -> str | None:
+    """The expansion does not mask rows by a length (use_length): the softmax axis of that form is not split."""
+    return "a length input (use_length): the expansion masks no row" if len(shapes) > 1 else None
+
+
+@tdl_expansion("softmax", refuses=_softmax_refusal)
 def softmax_exchange(pieces, shapes, attrs: SoftmaxAttrs, allreduce):
     """softmax on shards of its axis: the row max and row sum all-reduced (see :func:`_softmax_exchange`)."""
     return _softmax_exchange(pieces, len(shapes[0][0]), [attrs.axis], attrs.temperature or 1.0, False, allreduce)

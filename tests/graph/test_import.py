@@ -1,5 +1,6 @@
 """Graph import: the IR agrees with MXNet's own shape inference entry by entry, for every zoo model."""
 import mxnet as mx
+import numpy as np
 import pytest
 
 from tofu.errors import GraphImportError, InputShapeError
@@ -133,3 +134,19 @@ def test_parse_shape_rejects(text):
 
 def test_parse_shape():
     assert parse_shape("data=1,3,224,224") == ("data", (1, 3, 224, 224))
+
+
+def test_a_declared_input_type_is_kept():
+    """An input the symbol declares int32 (softmax's lengths) stays int32, with what it flows into, as MXNet's
+    infer_type has it; the others get the import's float32. Before, every input given a shape was typed float32,
+    and MXNet's masked softmax refused the float lengths at run time."""
+    x, valid = mx.sym.var("data"), mx.sym.var("valid", dtype="int32")
+    length = mx.sym.broadcast_axis(mx.sym.reshape(valid, shape=(3, 1)), axis=1, size=2, name="length")
+    out = mx.sym.softmax(mx.sym.FullyConnected(x, num_hidden=6, name="fc"), name="att")
+    out = mx.sym.softmax(mx.sym.reshape(out, shape=(3, 5, 2)), length, use_length=True, axis=1, name="masked")
+    g = import_symbol(mx.sym.MakeLoss(mx.sym.sum(out), name="loss"), {"data": (5, 4), "valid": (3,)})
+    names, types = out.get_internals().list_outputs(), out.get_internals().infer_type(data="float32")[1]
+    expected = {n: np.dtype(t).name for n, t in zip(names, types)}
+    got = {t.name: t.dtype for t in g.tensors if t.name in expected}
+    assert got["valid"] == got["length_output"] == "int32" and got["data"] == "float32"
+    assert got == {n: expected[n] for n in got}

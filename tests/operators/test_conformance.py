@@ -17,7 +17,8 @@ CASES = [(op, case) for op, spec in sorted(SPECS.items()) for case in spec.cases
 
 
 def random_inputs(case, seed=0):
-    """One array per input of ``case``, drawn as its fields say (docs/tdl.md, "Cases"), float32."""
+    """One array per input of ``case``, drawn as its fields say (docs/tdl.md, "Cases"), float32 (int32 where
+    ``case.int32`` says)."""
     rng = np.random.default_rng(seed)
     bounds = {i: (low, high) for i, low, high in case.uniform}
     out = []
@@ -27,7 +28,7 @@ def random_inputs(case, seed=0):
             values = rng.permutation(np.arange(*ints))[:int(np.prod(shape))]
             out.append(values.reshape(shape).astype(np.float32))
         elif ints is not None:
-            out.append(rng.integers(*ints, size=shape).astype(np.float32))
+            out.append(rng.integers(*ints, size=shape).astype(np.int32 if i in case.int32 else np.float32))
         elif i in bounds:
             out.append(rng.uniform(*bounds[i], size=shape).astype(np.float32))
         elif i in case.positive:

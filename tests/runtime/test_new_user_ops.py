@@ -3,7 +3,7 @@
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
 transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
 detection head's ROIPooling, ROIAlign and PSROIPooling, FlowNet's Correlation, im2col, SVMOutput, Pooling's lp
-type, cumsum, the deformable convolution): refused before, they train partitioned equal to one device (``tofu run --check``, the
+type, cumsum, the deformable convolution, softmax with a length): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -196,13 +196,28 @@ def _rfcn(path):
     return "data=2,3,8,8", "boxes=4,4"
 
 
+def _masked_attention(path):
+    """A BERT encoder layer over padded sequences: each sequence's valid length (an int32 input, as MXNet's
+    masked softmax requires, declared so in the symbol) masks the attention weights past it."""
+    x, valid = mx.sym.var("data"), mx.sym.var("valid_length", dtype="int32")    # (8, 4, 16), lengths (4,)
+    qkv = mx.sym.FullyConnected(x, num_hidden=48, flatten=False, name="qkv")
+    scores = mx.sym.contrib.div_sqrt_dim(mx.sym.contrib.interleaved_matmul_selfatt_qk(qkv, heads=4))  # (16, 8, 8)
+    length = mx.sym.broadcast_axis(mx.sym.repeat(mx.sym.reshape(valid, shape=(4, 1)), repeats=4, axis=0),
+                                   axis=1, size=8)
+    att = mx.sym.softmax(scores, length, use_length=True, axis=-1)
+    out = mx.sym.FullyConnected(mx.sym.contrib.interleaved_matmul_selfatt_valatt(qkv, att, heads=4),
+                                num_hidden=16, flatten=False, name="proj")
+    mx.sym.MakeLoss(mx.sym.sum(mx.sym.square(out + x)), name="loss").save(str(path))
+    return "data=8,4,16", "valid_length=4"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
                                    _spatial_transformer, _gaussian_process, _detection_head, _optical_flow,
-                                   _involution, _svm, _lp_pool_cumsum, _deformable, _rfcn],
+                                   _involution, _svm, _lp_pool_cumsum, _deformable, _rfcn, _masked_attention],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
                               "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head",
                               "optical-flow", "involution-im2col", "svm-output", "lp-pool-cumsum", "deformable-conv",
-                              "rfcn-psroi"])
+                              "rfcn-psroi", "masked-attention"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"

@@ -105,7 +105,9 @@ def run(args) -> int:
                        reference_symbol(graph) if args.check else None, args.ctx, args.lr, args.momentum,
                        progress, start=start, checkpoint=policy, dropout_off=dropout_off, rtol=args.rtol)
     except mx.base.MXNetError as e:      # a kernel or bind MXNet refuses at run time: one line, not its trace
-        raise TofuError(f"MXNet cannot run the partitioned graph: {first_line(e)}") from None
+        hint = ("; an input a kernel reads as integers only (softmax's length) is float32 unless the symbol "
+                "declares its type: mx.sym.var(NAME, dtype='int32')") if "only support integer types" in str(e) else ""
+        raise TofuError(f"MXNet cannot run the partitioned graph: {first_line(e)}{hint}") from None
     if args.memory and args.ctx == "cpu":
         from tofu.runtime.memory import MAX_PROFILED_DEVICES, measure_device_peaks
 

@@ -131,7 +131,7 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
         symbol: the graph's output symbol (usually the loss).
         shapes: shape of every data and label input; parameters are inferred.
         name: the graph's name (the model name).
-        dtype: element type of the inputs.
+        dtype: element type of the inputs that do not declare their own (``mx.sym.var(name, dtype=...)``).
 
     Returns:
         The graph with every variable and every visible op output as a tensor entry.

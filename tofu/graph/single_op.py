@@ -91,7 +91,8 @@ class GraphShapes:
 
 
 def infer_graph_shapes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], dtype: str) -> GraphShapes:
-    """The shapes and dtypes of every internal entry of ``symbol`` given its inputs' shapes and dtype.
+    """The shapes and dtypes of every internal entry of ``symbol`` given its inputs' shapes and dtype (an input that
+    declares its own type keeps it).
 
     Raises:
         InputShapeError: MXNet cannot infer them, leaves some unknown, or crashed trying.
@@ -212,7 +213,9 @@ def _graph_shapes_here(text: str, shapes: dict, dtype: str) -> GraphShapes:
         _, out_shapes, _ = internals.infer_shape(**shapes)
         if out_shapes is None:      # not all inferred: which are, so that the caller names only the others
             _, out_shapes, _ = internals.infer_shape_partial(**shapes)
-        _, out_types, _ = internals.infer_type(**{k: dtype for k in shapes})
+        declared = {n for n, a in internals.attr_dict().items() if "__dtype__" in a}
+        # an input declared with a type keeps it (int32 lengths, indices): the others get ``dtype``
+        _, out_types, _ = internals.infer_type(**{k: dtype for k in shapes if k not in declared})
     names = tuple(internals.list_outputs())
     found = tuple(tuple(s) if s is not None else None for s in out_shapes or [None] * len(names))
     if out_types is None or any(t is None for t in out_types):
@@ -229,15 +232,21 @@ _PROBE = ShapeProbe()
 
 def run_op(op: str, attrs: Attrs | Mapping[str, str], inputs: Sequence[np.ndarray],
            train: bool = False, ctx: mx.Context | None = None) -> list[np.ndarray]:
-    """Runs MXNet's forward kernel of ``op`` on float32 copies of ``inputs`` (on ``ctx``, cpu by default)."""
+    """Runs MXNet's forward kernel of ``op`` on float32 copies of ``inputs`` (on ``ctx``, cpu by default); an
+    integer array stays integer (an int32-only input: softmax's lengths)."""
     ctx = ctx or mx.cpu()
     sym = op_symbol(op, attrs, len(inputs))
-    values = {f"in{i}": mx.nd.array(np.asarray(a), ctx=ctx, dtype="float32") for i, a in enumerate(inputs)}
+    values = {f"in{i}": mx.nd.array(np.asarray(a), ctx=ctx, dtype=_dtype(np.asarray(a)))
+              for i, a in enumerate(inputs)}
     aux_names = sym.list_auxiliary_states()
     args = {k: v for k, v in values.items() if k not in aux_names}
     aux = {k: values[k] for k in aux_names}
     exe = sym.bind(ctx, args=args, aux_states=aux, grad_req="null")
     return [o.asnumpy() for o in exe.forward(is_train=train)]
+
+
+def _dtype(a: np.ndarray) -> str:
+    return str(a.dtype) if np.issubdtype(a.dtype, np.integer) else "float32"
 
 
 def first_line(e: Exception) -> str:

@@ -170,7 +170,8 @@ class _Rewriter:
         tensor = self.graph.tensors[t]
         name = f"{tensor.name}@dev{w}"
         self.variables.append(ShardVar(name, tensor.name, w, box, tensor.role))
-        return mx.sym.var(name, shape=box_shape(box), attr={"__ctx_group__": f"dev{w}"})
+        dtype = None if tensor.dtype == "float32" else tensor.dtype         # int32 lengths keep their type
+        return mx.sym.var(name, shape=box_shape(box), dtype=dtype, attr={"__ctx_group__": f"dev{w}"})
 
     def _variables(self, t: int) -> None:
         pieces = self.parameters[t] if self.graph.tensors[t].role is Role.PARAM else \

@@ -93,6 +93,11 @@ def float64_symbol(symbol: mx.sym.Symbol) -> mx.sym.Symbol:
     return mx.sym.load_json(json.dumps(doc))
 
 
+_INTEGER_FLAGS = frozenset(mx.sym.var("v", dtype=t).attr("__dtype__")
+                           for t in ("uint8", "int8", "int32", "int64"))
+"""mshadow's type flags of the integer types, as a variable's ``__dtype__`` attribute writes them."""
+
+
 @functools.lru_cache(maxsize=None)
 def _float32_by_default(op: str) -> str | None:
     """``"float32"`` if MXNet's operator ``op`` has a ``dtype`` parameter whose default is float32, else None."""
@@ -134,8 +139,10 @@ class Trainer:
         group2ctx = {f"dev{i}": c for i, c in enumerate(self.contexts)}
         if pg.workers == 1:             # one device: no groups to place (group2ctx on a symbol without context
             group2ctx = None            # groups makes MXNet segfault binding gather_nd)
+        integer = {n for n, a in pg.symbol.attr_dict().items()          # declared integer (int32 lengths): kept
+                   if a.get("__dtype__") in _INTEGER_FLAGS}
         types = {} if self.dtype == np.float32 else \
-            {"type_dict": {n: self.dtype for n in pg.symbol.list_arguments()}}
+            {"type_dict": {n: self.dtype for n in pg.symbol.list_arguments() if n not in integer}}
         start = time.perf_counter()
         try:
             with quiet():

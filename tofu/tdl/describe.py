@@ -60,10 +60,12 @@ class Case:
         spd: positions of inputs drawn as symmetric positive-definite matrices over their last two axes,
             M M^T / n + I with M normal (what a Cholesky factorization or an inverse needs).
         train: run MXNet's operator in training mode (BatchNorm's batch statistics).
+        int32: positions of ``ints`` inputs MXNet's kernel takes as int32 only (softmax's lengths); the others
+            are float32, as a graph's inputs are by default.
 
     Raises:
-        TDLError: ``negative`` or ``unique`` names an input that ``ints`` does not, or a ``unique`` input has
-            more elements than its range has integers.
+        TDLError: ``negative``, ``unique`` or ``int32`` names an input that ``ints`` does not, or a ``unique``
+            input has more elements than its range has integers.
     """
 
     shapes: tuple[Shape, ...]
@@ -75,10 +77,11 @@ class Case:
     uniform: tuple[tuple[int, float, float], ...] = ()
     spd: tuple[int, ...] = ()
     train: bool = False
+    int32: tuple[int, ...] = ()
 
     def __post_init__(self):
         ints = dict(self.ints)
-        for name, positions in (("negative", self.negative), ("unique", self.unique)):
+        for name, positions in (("negative", self.negative), ("unique", self.unique), ("int32", self.int32)):
             for i in positions:
                 if i not in ints:
                     raise TDLError(f"Case {self}: {name} input {i} is not drawn as integers (add ({i}, n) to ints)")
