@@ -6,4 +6,4 @@ in FAMILIES); every module imports the DSL with ``from tofu.tdl.lang import *``;
 """
 
 FAMILIES = ("elementwise", "reduce", "optimizer", "matmul", "conv", "pooling", "norm", "softmax", "shape",
-            "embedding", "linalg", "sequence", "ranges", "resize", "scatter")
+            "embedding", "linalg", "sequence", "ranges", "resize", "scatter", "random")

@@ -23,13 +23,13 @@ from tofu.analysis.strategies import (PartialSum, Replicate, computed_tensors, r
 from tofu.analysis.views import expands_partials, runnable
 from tofu.errors import AnalysisError
 from tofu.graph.attrs import Attrs
-from tofu.graph.single_op import infer_op_shapes, run_op
+from tofu.graph.single_op import infer_op_shapes
 from tofu.tdl.describe import describe
 from tofu.tdl.expr import FULL, Affine, Computed, IndexExpr, Uses, Var
 from tofu.tdl.interpret import _Evaluator, evaluate
 
 from tests.operators.native_kernels import check_under_mkldnn, native_bug
-from tests.operators.test_conformance import random_inputs
+from tests.operators.test_conformance import random_inputs, run_op
 
 SPECS = registry.load_builtin_operators()
 CASES = [(op, i, case) for op, spec in sorted(SPECS.items()) for i, case in enumerate(spec.cases)]

@@ -3,7 +3,7 @@
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
 transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
 detection head's ROIPooling, ROIAlign and PSROIPooling, FlowNet's Correlation, im2col, SVMOutput, Pooling's lp
-type, cumsum, the deformable convolution, softmax with a length): refused before, they train partitioned equal to one device (``tofu run --check``, the
+type, cumsum, the deformable convolution, softmax with a length, a VAE's normal noise): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -211,13 +211,28 @@ def _masked_attention(path):
     return "data=8,4,16", "valid_length=4"
 
 
+def _vae(path):
+    """A variational autoencoder: the encoder's mean and log-variance, a latent drawn by the reparameterisation
+    (normal noise like the mean), the reconstruction's cross-entropy and the KL term."""
+    x = mx.sym.var("data")                                          # (16, 20) in [0, 1) after the sigmoid
+    target = mx.sym.sigmoid(x)
+    h = mx.sym.Activation(mx.sym.FullyConnected(x, num_hidden=24, name="enc"), act_type="softrelu")
+    mu, logvar = mx.sym.FullyConnected(h, num_hidden=8, name="mu"), mx.sym.FullyConnected(h, num_hidden=8, name="lv")
+    z = mu + mx.sym.exp(0.5 * logvar) * mx.sym.random.normal_like(mu)
+    rec = mx.sym.sigmoid(mx.sym.FullyConnected(z, num_hidden=20, name="dec"))
+    bce = -mx.sym.sum(target * mx.sym.log(rec + 1e-6) + (1 - target) * mx.sym.log(1 - rec + 1e-6), axis=1)
+    kl = -0.5 * mx.sym.sum(1 + logvar - mu * mu - mx.sym.exp(logvar), axis=1)
+    mx.sym.MakeLoss(mx.sym.mean(bce + kl), name="loss").save(str(path))
+    return "data=16,20"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
                                    _spatial_transformer, _gaussian_process, _detection_head, _optical_flow,
-                                   _involution, _svm, _lp_pool_cumsum, _deformable, _rfcn, _masked_attention],
+                                   _involution, _svm, _lp_pool_cumsum, _deformable, _rfcn, _masked_attention, _vae],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
                               "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head",
                               "optical-flow", "involution-im2col", "svm-output", "lp-pool-cumsum", "deformable-conv",
-                              "rfcn-psroi", "masked-attention"])
+                              "rfcn-psroi", "masked-attention", "vae"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"

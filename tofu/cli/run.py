@@ -140,8 +140,11 @@ def run(args) -> int:
     if report.check is not None:
         c = report.check
         if c.dropout_off:
-            print(f"check with Dropout off on both sides ({len(c.dropout_off)} ops at p = 0: their masks are drawn "
-                  f"per device and cannot match one device's)")
+            off = set(c.dropout_off)
+            samplers = sum(1 for n in graph.nodes if n.name in off and n.op != "Dropout")
+            what = f"{len(off) - samplers} ops at p = 0" + (f", {samplers} samplers at their means" if samplers else "")
+            print(f"check with Dropout off on both sides ({what}: their masks and samples are drawn per device and "
+                  f"cannot match one device's)")
         within = not c.exceeded(args.rtol)
         print(f"check against one device (each step from the same state): outputs max |diff| {c.output:.3g} "
               f"(rel {c.output_rel:.3g}), gradients max rel diff {c.gradient:.3g}, losses max |diff| {c.loss:.3g} "

@@ -1,10 +1,11 @@
 """A graph whose training step is deterministic: what ``tofu run --check`` compares with one device.
 
 Input: a :class:`~tofu.graph.ir.Graph`. Output: the same graph with every training-mode ``Dropout`` at p = 0
-(an identity), and the names of the ops changed. A dropout mask is drawn by each device's own random
-generator, so a partitioned run and one device never draw the same masks: their outputs differ by the masks
-alone (up to 10 on Gluon's alexnet), which says nothing about the partition. Comparing with dropout off
-compares like with like; the run says so.
+(an identity) and every sampler (``_random_normal``, ``_random_uniform`` and their ``_like`` forms) drawing its
+distribution's mean (:func:`at_mean`), and the names of the ops changed. A dropout mask or a sample is drawn by
+each device's own random generator, so a partitioned run and one device never draw the same values: their
+outputs differ by the draws alone (up to 10 on Gluon's alexnet), which says nothing about the partition.
+Comparing without the draws compares like with like; the run says so.
 """
 from __future__ import annotations
 
@@ -13,14 +14,36 @@ import dataclasses
 from tofu.graph.attrs import Attrs
 from tofu.graph.ir import Graph
 
+_SAMPLERS = {"_random_normal": "_random_uniform", "_random_normal_like": "_random_uniform_like",
+             "_random_uniform": "_random_uniform", "_random_uniform_like": "_random_uniform_like"}
+
+
+def at_mean(op: str, attrs: Attrs) -> tuple[str, Attrs] | None:
+    """The sampler ``op`` drawing its distribution's mean, as MXNet can run it: a uniform draw from [mean, mean]
+    (MXNet's normal refuses scale 0), with the same shape and type; None if ``op`` is not such a sampler."""
+    target = _SAMPLERS.get(op)
+    if target is None:
+        return None
+    if op.startswith("_random_normal"):
+        mean = float(attrs.get("loc", 0.0))
+    else:
+        mean = (float(attrs.get("low", 0.0)) + float(attrs.get("high", 1.0))) / 2
+    kept = {k: attrs[k] for k in ("shape", "dtype") if k in attrs}
+    return target, Attrs.of(**kept, low=mean, high=mean)
+
 
 def without_dropout(graph: Graph) -> tuple[Graph, tuple[str, ...]]:
-    """``graph`` with each random ``Dropout`` (mode 'training', p > 0) set to p = 0, and those ops' names."""
+    """``graph`` with each random ``Dropout`` (mode 'training', p > 0) set to p = 0 and each sampler drawing its
+    mean (:func:`at_mean`), and those ops' names."""
     changed, nodes = [], []
     for node in graph.nodes:
+        fixed = at_mean(node.op, node.attrs)
         if node.op == "Dropout" and node.attrs.get("mode", "training") == "training" \
                 and float(node.attrs.get("p", 0.5)) > 0:
             node = dataclasses.replace(node, attrs=Attrs.of(**{**node.attrs, "p": 0.0}))
+            changed.append(node.name)
+        elif fixed is not None:
+            node = dataclasses.replace(node, op=fixed[0], attrs=fixed[1])
             changed.append(node.name)
         nodes.append(node)
     return dataclasses.replace(graph, nodes=tuple(nodes)), tuple(changed)

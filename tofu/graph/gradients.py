@@ -22,10 +22,11 @@ ZERO_GRADIENT_OPS = frozenset({
     "_logical_or", "_logical_xor", "_logical_and_scalar", "_logical_or_scalar", "_logical_xor_scalar",
     "broadcast_equal", "broadcast_not_equal", "broadcast_greater", "broadcast_greater_equal", "broadcast_lesser",
     "broadcast_lesser_equal", "broadcast_logical_and", "broadcast_logical_or", "broadcast_logical_xor",
-    "_contrib_arange_like"})
+    "_contrib_arange_like", "_random_normal_like", "_random_uniform_like"})
 """Ops whose gradient to every input is MXNet's zero (their FGradient is ``MakeZeroGradNodes``: a ``zeros_like``
 node, not a backward): nothing they read gets a gradient through them (an index read by ``one_hot``, what
-``BlockGrad`` stops, a comparison's operands, an input ``arange_like`` reads for its shape)."""
+``BlockGrad`` stops, a comparison's operands, an input ``arange_like`` or a ``_like`` sampler reads for its
+shape)."""
 
 ZERO_GRADIENT_INPUTS = {"pick": frozenset({1}), "gather_nd": frozenset({1}), "broadcast_like": frozenset({1}),
                         "reshape_like": frozenset({1}), "where": frozenset({0})}
@@ -46,7 +47,7 @@ builds the backward node without checking: ``MakeGradNode``, a legacy op's): the
 zeros, but one MXNet keeps, sums and copies). Every other op's FGradient (``MakeNonlossGradNode``,
 ``CloneGradient``) gives zeros for zeros: a zero passes back through it."""
 
-NO_GRADIENT_OPS = ZERO_GRADIENT_OPS | {"_zeros", "zeros", "_full", "full"}
+NO_GRADIENT_OPS = ZERO_GRADIENT_OPS | {"_zeros", "zeros", "_full", "full", "_random_normal", "_random_uniform"}
 """Ops through which no gradient flows (their FGradient gives zeros, or they read nothing)."""
 
 
