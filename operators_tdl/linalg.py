@@ -374,10 +374,17 @@ class TopkAttrs:
     dtype: str = "float32"
 
 
-def _top(k: int, ascend: bool) -> Callable[[np.ndarray], np.ndarray]:
-    """Per line (the last axis): its k largest values (smallest: ``ascend``), in order."""
+def _top(k: int, ascend: bool, ret_typ: str = "value") -> Callable[[np.ndarray], np.ndarray]:
+    """Per line (the last axis): its k largest values (smallest: ``ascend``) in order, their positions
+    (``indices``, as floats), or 1 at those positions and 0 elsewhere (``mask``)."""
     def fn(a: np.ndarray) -> np.ndarray:
         order = np.argsort(a if ascend else -a, axis=-1, kind="stable")[..., :k]
+        if ret_typ == "indices":
+            return order.astype(a.dtype)
+        if ret_typ == "mask":
+            mask = np.zeros_like(a)
+            np.put_along_axis(mask, order, 1.0, axis=-1)
+            return mask
         return np.take_along_axis(a, order, axis=-1)
     return fn
 
@@ -386,16 +393,20 @@ def _top(k: int, ascend: bool) -> Callable[[np.ndarray], np.ndarray]:
     Case(shapes=((3, 5),), attrs={"k": 2, "ret_typ": "value"}),
     Case(shapes=((2, 4, 3),), attrs={"axis": 1, "k": 3, "ret_typ": "value"}),
     Case(shapes=((2, 3, 4),), attrs={"axis": 0, "k": 0, "ret_typ": "value", "is_ascend": True}),
+    Case(shapes=((3, 5),), attrs={"k": 2, "ret_typ": "mask"}),
+    Case(shapes=((2, 4, 3),), attrs={"axis": 1, "k": 3, "ret_typ": "mask", "is_ascend": True}),
+    Case(shapes=((3, 5),), attrs={"k": 2}),
+    Case(shapes=((4, 3, 2),), attrs={"axis": 0, "k": 3, "ret_typ": "indices", "is_ascend": True}),
 ])
 def topk(data: TensorVar, attrs: TopkAttrs) -> Callable:
-    """out[..., j, ...] = the j-th largest (is_ascend: smallest) of data[..., :, ...] along ``axis``, ret_typ
-    'value' (k < 1: every element). The other ret_typ are not described: MXNet's gradient of 'indices' and
-    'mask' is zero and of 'value' is not, and the gradient rule (tofu.graph.gradients) is one per op."""
-    if attrs.ret_typ != "value":
-        raise TDLError(f"topk: ret_typ '{attrs.ret_typ}' is not described (only 'value': MXNet differentiates it, "
-                       f"and not the others)")
+    """out[..., j, ...] = the j-th largest (is_ascend: smallest) of data[..., :, ...] along ``axis`` (k < 1:
+    every element), ret_typ 'value'; its position on the axis, 'indices' (the default); 'mask': out has data's
+    shape, 1 at the k largest of each line and 0 elsewhere. MXNet gives data a gradient through 'value' only
+    (:func:`tofu.graph.gradients.gives_gradient` reads ret_typ); 'both' (two outputs) is not described."""
+    if attrs.ret_typ not in ("value", "indices", "mask"):
+        raise TDLError(f"topk: ret_typ '{attrs.ret_typ}' is not described (value, indices or mask)")
     if attrs.axis is None:
         raise TDLError("topk: axis None (the flattened tensor) is not described")
     n = data.shape[attrs.axis % data.ndim]
     k = attrs.k if 1 <= attrs.k <= n else n
-    return _along(data, SortAttrs(attrs.axis), Opaque("topk", _top(k, attrs.is_ascend)))
+    return _along(data, SortAttrs(attrs.axis), Opaque("topk", _top(k, attrs.is_ascend, attrs.ret_typ)))

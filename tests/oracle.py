@@ -407,7 +407,7 @@ def _gives(op: str, call, q: int, arrives: bool) -> bool:
     """Whether ``call`` gives its input ``q`` a gradient, ``arrives`` telling whether one reaches its outputs (else
     MXNet's zeros): its expansion's symbol says (on its pieces), else MXNet's rule for ``op``."""
     if not call.expansion:
-        return gives_gradient(op, arrives, call.inputs[q].input)
+        return gives_gradient(op, arrives, call.inputs[q].input, call.attrs)
     shapes = tuple(tuple(b - a for a, b in p.box) for p in call.inputs)
     return expansion_gradients(op, call.attrs, shapes, tuple(tuple(a for a, _ in p.box) for p in call.inputs),
                                arrives)[q]

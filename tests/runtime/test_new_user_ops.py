@@ -3,7 +3,7 @@
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
 transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
 detection head's ROIPooling, ROIAlign and PSROIPooling, FlowNet's Correlation, im2col, SVMOutput, Pooling's lp
-type, cumsum, the deformable convolution, softmax with a length, a VAE's normal noise): refused before, they train partitioned equal to one device (``tofu run --check``, the
+type, cumsum, the deformable convolution, softmax with a length, a VAE's normal noise, topk's mask): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -226,13 +226,34 @@ def _vae(path):
     return "data=16,20"
 
 
+def _mixture_of_experts(path):
+    """A mixture of experts: a softmax gate keeps each sample's two best experts (topk's mask, which MXNet does
+    not differentiate) and mixes their outputs; capsules squashed by their norm follow, scored by a margin loss
+    on the label's capsule (pick)."""
+    s, x = mx.sym, mx.sym.var("data")                              # (16, 12), labels (16,)
+    gate = s.softmax(s.FullyConnected(x, num_hidden=4, name="gate"))
+    weights = gate * s.topk(gate, k=2, ret_typ="mask")
+    weights = s.broadcast_div(weights, s.sum(weights, axis=1, keepdims=True))
+    experts = s.stack(*[s.Activation(s.FullyConnected(x, num_hidden=8, name=f"expert{i}"), act_type="relu")
+                        for i in range(4)], axis=1)                # (16, 4, 8)
+    mixed = s.sum(s.broadcast_mul(experts, s.expand_dims(weights, axis=2)), axis=1)
+    caps = s.reshape(s.FullyConnected(mixed, num_hidden=24, name="caps"), shape=(16, 3, 8))
+    norm = s.norm(caps, axis=2, keepdims=True)
+    lengths = s.norm(s.broadcast_mul(caps, s.square(norm) / (1 + s.square(norm)) / (norm + 1e-6)), axis=2)
+    hit = s.pick(lengths, s.var("label"), axis=1)
+    s.MakeLoss(s.mean(s.relu(0.9 - hit)) + 0.5 * s.mean(s.sum(s.relu(lengths - 0.1), axis=1)), name="loss") \
+        .save(str(path))
+    return "data=16,12", "label=16"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
                                    _spatial_transformer, _gaussian_process, _detection_head, _optical_flow,
-                                   _involution, _svm, _lp_pool_cumsum, _deformable, _rfcn, _masked_attention, _vae],
+                                   _involution, _svm, _lp_pool_cumsum, _deformable, _rfcn, _masked_attention, _vae,
+                                   _mixture_of_experts],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
                               "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head",
                               "optical-flow", "involution-im2col", "svm-output", "lp-pool-cumsum", "deformable-conv",
-                              "rfcn-psroi", "masked-attention", "vae"])
+                              "rfcn-psroi", "masked-attention", "vae", "mixture-of-experts"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"

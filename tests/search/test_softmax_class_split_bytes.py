@@ -82,9 +82,24 @@ def test_the_gradient_rule_is_mxnets(op):
     sym, shapes = _first_case(op)
     args = sym.list_arguments()
     through, on_zeros = _mxnet_gives([sym[k] for k in range(len(sym.list_outputs()))], shapes, args)
+    attrs = SPECS[op].cases[0].parsed_attrs()
     for name, a, b in zip(args, through, on_zeros):
         position = int(name[2:])
-        assert (a, b) == (gives_gradient(op, True, position), gives_gradient(op, False, position)), name
+        assert (a, b) == (gives_gradient(op, True, position, attrs), gives_gradient(op, False, position, attrs)), name
+
+
+@pytest.mark.parametrize("op,case", [(op, c) for op in sorted(gradients.ZERO_GRADIENT_ATTRS) for c in SPECS[op].cases])
+def test_the_gradient_rule_that_reads_attributes_is_mxnets_on_every_case(op, case):
+    """topk gives data a gradient through its values, none through their positions or its mask: every case."""
+    sym = op_symbol(op, case.parsed_attrs(), len(case.shapes))
+    shapes = {f"in{i}": s for i, s in enumerate(case.shapes)}
+    args = sym.list_arguments()
+    through, on_zeros = _mxnet_gives([sym[k] for k in range(len(sym.list_outputs()))], shapes, args)
+    attrs = case.parsed_attrs()
+    got = [(gives_gradient(op, True, int(n[2:]), attrs), gives_gradient(op, False, int(n[2:]), attrs)) for n in args]
+    assert list(zip(through, on_zeros)) == got
+    assert any(c.attrs.get("ret_typ") == "value" for c in SPECS[op].cases) and \
+        any(c.attrs.get("ret_typ", "indices") != "value" for c in SPECS[op].cases)
 
 
 @pytest.mark.parametrize("op", READS_NOTHING + NOT_DIFFERENTIABLE)

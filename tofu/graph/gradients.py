@@ -47,6 +47,10 @@ builds the backward node without checking: ``MakeGradNode``, a legacy op's): the
 zeros, but one MXNet keeps, sums and copies). Every other op's FGradient (``MakeNonlossGradNode``,
 ``CloneGradient``) gives zeros for zeros: a zero passes back through it."""
 
+ZERO_GRADIENT_ATTRS = {"topk": ("ret_typ", frozenset({"indices", "mask"}), "indices")}
+"""Ops whose gradient to every input is MXNet's zero for some values of one attribute: (the attribute, those
+values, its default). topk differentiates its values, not their positions or its mask."""
+
 NO_GRADIENT_OPS = ZERO_GRADIENT_OPS | {"_zeros", "zeros", "_full", "full", "_random_normal", "_random_uniform"}
 """Ops through which no gradient flows (their FGradient gives zeros, or they read nothing)."""
 
@@ -66,7 +70,7 @@ def undifferentiable(graph) -> tuple:
                  and not (n.op == "sort" and "axis" in n.attrs))
 
 
-def gives_gradient(op: str, arrives: bool | None, position: int | None = None) -> bool:
+def gives_gradient(op: str, arrives: bool | None, position: int | None = None, attrs=None) -> bool:
     """Whether MXNet's backward of ``op`` gives its input at ``position`` (None: any input but those of
     :data:`ZERO_GRADIENT_INPUTS`) a gradient that is not MXNet's zero, ``arrives`` telling what reaches the op's
     outputs: True a gradient, False only zeros, None nothing (no output is read towards a variable with a
@@ -75,9 +79,19 @@ def gives_gradient(op: str, arrives: bool | None, position: int | None = None) -
     :data:`ZERO_GRADIENT_OPS` (and the inputs of :data:`ZERO_GRADIENT_INPUTS`); a loss's backward ignores
     what arrives (it injects the loss gradient); zeros pass back through every op but :data:`RUNS_ON_ZEROS`.
     A zero is dropped from a sum with other contributions, so a value whose every contribution is zero has
-    none: MXNet prunes its backward, and a cross-device copy of it sends nothing back."""
+    none: MXNet prunes its backward, and a cross-device copy of it sends nothing back. ``attrs`` (the op's, parsed
+    or MXNet's strings) decide for the ops of :data:`ZERO_GRADIENT_ATTRS`, which need them.
+
+    Raises:
+        ValueError: ``op`` is one of :data:`ZERO_GRADIENT_ATTRS` and ``attrs`` is None."""
     if op in NO_GRADIENT_OPS or position in ZERO_GRADIENT_INPUTS.get(op, ()):
         return False
+    rule = ZERO_GRADIENT_ATTRS.get(op)
+    if rule is not None:
+        if attrs is None:
+            raise ValueError(f"the gradient of {op} depends on its attribute '{rule[0]}': give its attrs")
+        if str(attrs.get(rule[0], rule[2])) in rule[1]:
+            return False
     if arrives or op in LOSS_OPS:
         return True
     return arrives is False and op in RUNS_ON_ZEROS
@@ -118,7 +132,8 @@ def _arrivals(doc: dict, arrives: bool) -> list[bool | None]:
         if nodes[i]["op"] == "null":
             continue
         for p, (j, *_) in enumerate(nodes[i]["inputs"]):
-            got[j] = True if gives_gradient(nodes[i]["op"], got[i], p) or got[j] else False
+            got[j] = True if gives_gradient(nodes[i]["op"], got[i], p, nodes[i].get("attrs", {})) or got[j] \
+                else False
     return got
 
 
@@ -172,6 +187,7 @@ def _trace_statistics(op: str, attrs, shapes: tuple[tuple[int, ...], ...]) -> tu
     reaches = [False] * len(nodes)                      # a gradient at the node passes back to an input
     for i, n in enumerate(nodes):
         reaches[i] = n["name"] in inputs if n["op"] == "null" else any(
-            reaches[j] and gives_gradient(n["op"], True, p) for p, (j, *_) in enumerate(n["inputs"]))
+            reaches[j] and gives_gradient(n["op"], True, p, n.get("attrs", {}))
+            for p, (j, *_) in enumerate(n["inputs"]))
     # the exchange's concats run their backward on zeros too: what arrives may be MXNet's zeros
     return tuple(got[i] is not None and reaches[i] for i, n in enumerate(nodes) if n["name"].startswith(ALLREDUCE))

@@ -347,7 +347,7 @@ def _gives(op: str, call, q: int) -> Gives:
         return (expansion_gradients(op, call.attrs, shapes, origins, True)[q],
                 expansion_gradients(op, call.attrs, shapes, origins, False)[q])
     p = call.inputs[q].input
-    return gives_gradient(op, True, p), gives_gradient(op, False, p)
+    return gives_gradient(op, True, p, call.attrs), gives_gradient(op, False, p, call.attrs)
 
 
 @lru_cache(maxsize=65536)

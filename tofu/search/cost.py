@@ -252,7 +252,7 @@ def _trained(graph: Graph, t: int) -> bool:
     """Whether tensor t is a parameter that some op reading it gives a gradient: not a label read as one (a loss
     op's inputs after its first get none)."""
     return graph.tensors[t].role is Role.PARAM and any(
-        gives_gradient(graph.nodes[n].op, True, p) and not (p and graph.nodes[n].op in LOSS_OPS)
+        gives_gradient(graph.nodes[n].op, True, p, graph.nodes[n].attrs) and not (p and graph.nodes[n].op in LOSS_OPS)
         for n in graph.consumers(t) for p, i in enumerate(graph.nodes[n].inputs) if i == t)
 
 

@@ -59,7 +59,7 @@ import json
 import math
 import os
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -348,7 +348,7 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
         flow = _eliminate_common(flow)
     values, ops = flow.values, flow.ops
     live = _live_ops(flow)
-    needs = _needs_gradient(flow, live)
+    needs = _needs_gradient(graph, flow, live)
     b = _Builder(workers)
     tensor_of: dict[int, int] = {}         # flow value -> tensor
 
@@ -437,7 +437,7 @@ def _gives(graph: Graph, flow: Dataflow) -> Callable[[int, int, bool | None], bo
     def gives(i: int, p: int, arrives: bool | None) -> bool:
         op = flow.ops[i]
         if not (op.expansion and op.node is not None):
-            return gives_gradient(op.op, arrives, p)
+            return gives_gradient(op.op, arrives, p, _attrs(graph, op))
         node = graph.nodes[op.node]
         if arrives is None and node.op not in LOSS_OPS:
             return False
@@ -580,13 +580,19 @@ def _live_ops(flow: Dataflow) -> list[int]:
     return sorted(live)
 
 
-def _needs_gradient(flow: Dataflow, live: Sequence[int]) -> list[bool]:
+def _attrs(graph: Graph, op) -> Mapping:
+    """The attributes of the graph node a flow op calls (a glue op's: none)."""
+    return graph.nodes[op.node].attrs if op.node is not None else {}
+
+
+def _needs_gradient(graph: Graph, flow: Dataflow, live: Sequence[int]) -> list[bool]:
     """Per value: a parameter, or computed from one through ops that pass gradients (:func:`gives_gradient`;
     not a loss's output)."""
     needs = [v.role is Role.PARAM for v in flow.values]
     for i in live:
         op = flow.ops[i]
-        if op.op not in LOSS_OPS and any(needs[v] for p, v in enumerate(op.inputs) if gives_gradient(op.op, True, p)):
+        if op.op not in LOSS_OPS and any(needs[v] for p, v in enumerate(op.inputs)
+                                         if gives_gradient(op.op, True, p, _attrs(graph, op))):
             for v in op.outputs:
                 needs[v] = True
     return needs
