@@ -35,3 +35,20 @@ def test_sim_reports_the_engines_iteration_and_writes_its_timeline(capsys, tmp_p
 def test_sim_bad_input_is_one_line(capsys, argv, message):
     rc, out, err = run(capsys, *argv)
     assert_one_line_error(rc, out, err, message)
+
+
+def test_a_bad_input_fails_before_the_cpu_profile_is_calibrated(capsys, tmp_path, monkeypatch):
+    """The cpu profile measures this machine for tens of seconds when its cache is cold: a misnamed input is
+    reported first (it was reported after the calibration)."""
+    import mxnet as mx
+
+    import tofu.sim as sim
+
+    def calibrate(name):
+        raise AssertionError(f"profile '{name}' asked for before the model was read")
+
+    monkeypatch.setattr(sim, "profile", calibrate)
+    path = tmp_path / "m.json"
+    mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=3, name="fc").save(str(path))
+    rc, out, err = run(capsys, "sim", str(path), "--shape", "label=4,5", "--profile", "cpu")
+    assert_one_line_error(rc, out, err, "no input named label")

@@ -38,10 +38,10 @@ def run(args) -> int:
         output_path(args.trace, "trace")
     if args.figure:
         output_path(args.figure, "figure", FIGURE_FORMATS)
+    graph = model_graph(args, with_loss=True)       # a bad model or input fails before a profile is calibrated
     prof = profile(args.profile)
     if not 1 <= args.workers <= prof.devices:
         raise TofuError(f"--workers must be in [1, {prof.devices}] on profile '{prof.name}', got {args.workers}")
-    graph = model_graph(args, with_loss=True)
     plan = plan_graph(graph, args.workers, args.algo)
     ex = simulate_iteration(graph, plan, prof, from_symbol=args.from_symbol, order=Order[args.order.upper()])
     if args.trace:
