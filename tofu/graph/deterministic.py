@@ -1,7 +1,7 @@
 """A graph whose training step is deterministic: what ``tofu run --check`` compares with one device.
 
 Input: a :class:`~tofu.graph.ir.Graph`. Output: the same graph with every training-mode ``Dropout`` at p = 0
-(an identity) and every sampler (``_random_normal``, ``_random_uniform`` and their ``_like`` forms) drawing its
+(an identity) and every sampler (``_random_normal``, ``_random_gamma``, ... and their ``_like`` forms) drawing its
 distribution's mean (:func:`at_mean`), and the names of the ops changed. A dropout mask or a sample is drawn by
 each device's own random generator, so a partitioned run and one device never draw the same values: their
 outputs differ by the draws alone (up to 10 on Gluon's alexnet), which says nothing about the partition.
@@ -11,25 +11,28 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
+
 from tofu.graph.attrs import Attrs
 from tofu.graph.ir import Graph
 
-_SAMPLERS = {"_random_normal": "_random_uniform", "_random_normal_like": "_random_uniform_like",
-             "_random_uniform": "_random_uniform", "_random_uniform_like": "_random_uniform_like"}
-
-
 def at_mean(op: str, attrs: Attrs) -> tuple[str, Attrs] | None:
     """The sampler ``op`` drawing its distribution's mean, as MXNet can run it: a uniform draw from [mean, mean]
-    (MXNet's normal refuses scale 0), with the same shape and type; None if ``op`` is not such a sampler."""
-    target = _SAMPLERS.get(op)
-    if target is None:
+    (MXNet's normal refuses scale 0), of the same shape and type; None if ``op`` is not a described sampler
+    (``_random_<distribution>``, ``_random_<distribution>_like``). The mean is the value its TDL description
+    states (operators_tdl/random.py), evaluated on one element."""
+    from tofu import registry
+    from tofu.tdl.describe import describe
+    from tofu.tdl.interpret import evaluate
+
+    if not op.startswith("_random_") or op.startswith("_random_pdf_") or op not in registry.load_builtin_operators():
         return None
-    if op.startswith("_random_normal"):
-        mean = float(attrs.get("loc", 0.0))
-    else:
-        mean = (float(attrs.get("low", 0.0)) + float(attrs.get("high", 1.0))) / 2
+    like = op.endswith("_like")
+    one = Attrs.of(**{**attrs, "shape": (1,)}) if not like else attrs
+    (value,) = evaluate(describe(op, one, ((1,),) if like else (), ((1,),)), [np.zeros(1, np.float32)] if like else [])
     kept = {k: attrs[k] for k in ("shape", "dtype") if k in attrs}
-    return target, Attrs.of(**kept, low=mean, high=mean)
+    mean = float(value.reshape(-1)[0])
+    return ("_random_uniform_like" if like else "_random_uniform"), Attrs.of(**kept, low=mean, high=mean)
 
 
 def without_dropout(graph: Graph) -> tuple[Graph, tuple[str, ...]]:

@@ -22,7 +22,9 @@ ZERO_GRADIENT_OPS = frozenset({
     "_logical_or", "_logical_xor", "_logical_and_scalar", "_logical_or_scalar", "_logical_xor_scalar",
     "broadcast_equal", "broadcast_not_equal", "broadcast_greater", "broadcast_greater_equal", "broadcast_lesser",
     "broadcast_lesser_equal", "broadcast_logical_and", "broadcast_logical_or", "broadcast_logical_xor",
-    "_contrib_arange_like", "_random_normal_like", "_random_uniform_like"})
+    "_contrib_arange_like", "_random_normal_like", "_random_uniform_like", "_random_exponential_like",
+    "_random_gamma_like", "_random_poisson_like", "_random_negative_binomial_like",
+    "_random_generalized_negative_binomial_like"})
 """Ops whose gradient to every input is MXNet's zero (their FGradient is ``MakeZeroGradNodes``: a ``zeros_like``
 node, not a backward): nothing they read gets a gradient through them (an index read by ``one_hot``, what
 ``BlockGrad`` stops, a comparison's operands, an input ``arange_like`` or a ``_like`` sampler reads for its
@@ -51,7 +53,9 @@ ZERO_GRADIENT_ATTRS = {"topk": ("ret_typ", frozenset({"indices", "mask"}), "indi
 """Ops whose gradient to every input is MXNet's zero for some values of one attribute: (the attribute, those
 values, its default). topk differentiates its values, not their positions or its mask."""
 
-NO_GRADIENT_OPS = ZERO_GRADIENT_OPS | {"_zeros", "zeros", "_full", "full", "_random_normal", "_random_uniform"}
+NO_GRADIENT_OPS = ZERO_GRADIENT_OPS | {"_zeros", "zeros", "_full", "full", "_random_normal", "_random_uniform",
+                                       "_random_exponential", "_random_gamma", "_random_poisson",
+                                       "_random_negative_binomial", "_random_generalized_negative_binomial"}
 """Ops through which no gradient flows (their FGradient gives zeros, or they read nothing)."""
 
 
