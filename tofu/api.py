@@ -49,7 +49,8 @@ def model_batch(model: str, options: ModelOptions = ModelOptions()) -> int:
 
 def _with_loss(symbol, graph: Graph, shapes: Mapping[str, Shape]):
     """``symbol`` with a softmax loss over its one output and the shapes with its label's, or None when it
-    ends in a loss already, in several outputs, or in one that is not (batch, classes) logits; ``graph`` is
+    ends in a loss already, in several outputs, or in one that is not (batch, classes) logits of two classes or
+    more (over one, a softmax is 1 whatever the input, and nothing would train); ``graph`` is
     ``symbol`` imported (its output shape)."""
     import mxnet as mx
 
@@ -57,8 +58,9 @@ def _with_loss(symbol, graph: Graph, shapes: Mapping[str, Shape]):
     if len(heads) != 1 or (heads[0].producer is not None and graph.nodes[heads[0].producer].op in LOSS_OPS):
         return None
     shape = heads[0].shape
-    if len(shape) != 2:
-        return None                  # not logits: trained as it is (tofu run refuses it, see has_loss)
+    if len(shape) != 2 or shape[1] < 2:
+        return None                  # not logits (a softmax over one class has no gradient): trained as it is
+        #                              (tofu run refuses it, see has_loss)
     label = "softmax_label"
     return mx.sym.SoftmaxOutput(symbol, mx.sym.var(label), name="softmax"), {**shapes, label: (shape[0],)}
 

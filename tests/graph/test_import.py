@@ -150,3 +150,17 @@ def test_a_declared_input_type_is_kept():
     got = {t.name: t.dtype for t in g.tensors if t.name in expected}
     assert got["valid"] == got["length_output"] == "int32" and got["data"] == "float32"
     assert got == {n: expected[n] for n in got}
+
+
+def test_a_loss_reads_its_label_from_an_input_not_a_parameter():
+    """A loss's target named neither *label nor given a shape (MXNet infers it) was taken for a parameter:
+    initialised, held by the plan as weights, the printed loss the mean of the output. Now every variable a loss
+    reads after its first input, directly or through a reshape, is a label."""
+    s = mx.sym
+    h = s.FullyConnected(s.var("data"), num_hidden=4, name="fc")
+    heads = s.Group([s.LinearRegressionOutput(s.slice_axis(h, axis=1, begin=0, end=1), s.var("target"), name="reg"),
+                     s.SoftmaxOutput(h, s.reshape(s.var("classes"), shape=(-1,)), name="cls")])
+    g = import_symbol(heads, {"data": (6, 3), "classes": (2, 3)})
+    roles = {t.name: (t.role, t.shape) for t in g.tensors if t.producer is None}
+    assert roles["target"] == (Role.LABEL, (6,)) and roles["classes"] == (Role.LABEL, (2, 3))
+    assert roles["fc_weight"][0] is Role.PARAM and roles["data"][0] is Role.DATA

@@ -270,3 +270,22 @@ def test_no_step_is_said_so_not_timed_as_nan(capsys):
     rc, out, err = run(capsys, "run", "mlp", "--workers", "2", "--steps", "0")
     assert rc == 0, err
     assert "no step run (--steps 0)" in out and "nan" not in out, out
+
+
+def test_a_one_unit_output_is_not_given_a_softmax_loss(capsys, tmp_path):
+    """A regression net's (batch, 1) output was given a softmax loss over its one class: the loss 0 and every
+    gradient 0 at every step, and the check passed. Now it is refused, naming the loss to give it; the same net
+    with LinearRegressionOutput trains."""
+    s = mx.sym
+    out = s.FullyConnected(s.Activation(s.FullyConnected(s.var("data"), num_hidden=8, name="fc"), act_type="relu"),
+                           num_hidden=1, name="out")
+    out.save(str(tmp_path / "bare.json"))
+    rc, got, err = run(capsys, "run", str(tmp_path / "bare.json"), "--shape", "data=16,4", "--workers", "2",
+                       "--steps", "1")
+    assert_one_line_error(rc, got, err, "output has shape (16, 1): give it a loss")
+    s.LinearRegressionOutput(out, s.var("target"), name="l2").save(str(tmp_path / "l2.json"))
+    rc, got, err = run(capsys, "run", str(tmp_path / "l2.json"), "--shape", "data=16,4", "--workers", "2",
+                       "--steps", "2", "--check", "--json")
+    assert rc == 0, err
+    doc = json.loads(got)
+    assert doc["check_passed"] and doc["losses"][0] > doc["losses"][1] > 0, doc

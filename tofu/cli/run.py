@@ -70,7 +70,8 @@ def run(args) -> int:
     if len(graph.heads) == 1 and not has_loss(graph):
         shape = graph.tensors[graph.heads[0]].shape
         raise TofuError(f"the model's output has shape {shape}: give it a loss to train (a softmax loss is added "
-                        f"only to one (batch, classes) output)")
+                        f"only to one (batch, classes) output of 2 classes or more; a regression, for one: "
+                        f"LinearRegressionOutput)")
     dropout_off: tuple[str, ...] = ()
     if args.check:                       # the two sides cannot draw the same masks: compare without them
         from tofu.graph.deterministic import without_dropout

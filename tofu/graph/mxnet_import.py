@@ -16,7 +16,7 @@ import numpy as np
 
 from tofu.errors import GraphImportError, InputShapeError
 from tofu.graph.attrs import Attrs
-from tofu.graph.ir import Graph, Node, Role, Shape, TensorEntry
+from tofu.graph.ir import LOSS_OPS, Graph, Node, Role, Shape, TensorEntry
 from tofu.graph.lower_rnn import has_fused_rnn, lower_rnn
 from tofu.graph.lower_syncbn import has_sync_batchnorm, lower_sync_batchnorm
 from tofu.graph.single_op import first_line, infer_graph_shapes, num_visible_outputs
@@ -174,6 +174,7 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
         symbol = mx.sym.load_json(json.dumps(doc))
         found = infer_graph_shapes(symbol, shapes, dtype)
         out_names, out_shapes, out_types = found.names, found.shapes, found.dtypes
+    labels = _label_variables(doc)
     entries: dict[tuple[int, int], int] = {}     # (json node index, output index) -> tensor id
     tensors: list[TensorEntry] = []
     nodes: list[Node] = []
@@ -184,7 +185,7 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
         if jn["op"] == "null":
             if out_names[cursor] != jn["name"]:
                 raise GraphImportError(f"internal order mismatch at variable '{jn['name']}'")
-            role = (Role.AUX if jn["name"] in aux else
+            role = (Role.AUX if jn["name"] in aux else Role.LABEL if j in labels else
                     (Role.LABEL if jn["name"].endswith("label") else Role.DATA) if jn["name"] in shapes
                     else Role.PARAM)
             entries[(j, 0)] = len(tensors)
@@ -220,6 +221,26 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
                                    f"output?): rename one")
         seen.add(t.name)
     return Graph(name, tuple(nodes), tuple(tensors), heads)
+
+
+_MOVES = frozenset({"Reshape", "reshape", "Flatten", "flatten", "expand_dims", "squeeze", "Cast", "cast",
+                    "_copy", "identity", "BlockGrad", "stop_gradient"})
+"""Ops a label may pass through on its way to a loss: they move or retype its values."""
+
+
+def _label_variables(doc: dict) -> frozenset[int]:
+    """The variables (JSON node indices) a loss op reads as its label or target (any input after its first),
+    directly or through ops of :data:`_MOVES`: inputs fed with each batch, never parameters, whatever their name
+    and whether or not their shape is given (MXNet infers it: a regression's target)."""
+    nodes = doc["nodes"]
+    found, stack = set(), [i[0] for n in nodes if n["op"] in LOSS_OPS for i in n["inputs"][1:]]
+    while stack:
+        j = stack.pop()
+        if nodes[j]["op"] == "null":
+            found.add(j)
+        elif nodes[j]["op"] in _MOVES and nodes[j]["inputs"]:
+            stack.append(nodes[j]["inputs"][0][0])
+    return frozenset(found)
 
 
 def _known_shapes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], dtype: str):
