@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from tofu.cli.common import (check_contexts, dumps, finite, gb, input_path, model_args, model_graph,
                              output_path)
 from tofu.errors import CheckFailedError, TofuError
+from tofu.graph.ir import Role
 from tofu.runtime import DEFAULT_RTOL, FLOAT64_SCALE
 
 FLOAT32_MAX = 3.4028234663852886e38
@@ -72,6 +73,11 @@ def run(args) -> int:
         raise TofuError(f"the model's output has shape {shape}: give it a loss to train (a softmax loss is added "
                         f"only to one (batch, classes) output of 2 classes or more; a regression, for one: "
                         f"LinearRegressionOutput)")
+    from tofu.graph.gradients import trained_parameters
+
+    if graph.by_role(Role.PARAM) and not trained_parameters(graph):
+        print("tofu: note: no parameter gets a gradient from the loss (it is computed behind BlockGrad, a rounding "
+              "or a comparison): the steps change no parameter", file=sys.stderr)
     dropout_off: tuple[str, ...] = ()
     if args.check:                       # the two sides cannot draw the same masks: compare without them
         from tofu.graph.deterministic import without_dropout

@@ -74,6 +74,21 @@ def undifferentiable(graph) -> tuple:
                  and not (n.op == "sort" and "axis" in n.attrs))
 
 
+def trained_parameters(graph) -> frozenset[int]:
+    """The ids of the parameters a loss's gradient reaches (:func:`gives_gradient`, back from the loss ops): the
+    others keep their values whatever the steps (a loss behind ``BlockGrad``, ``round`` or a comparison)."""
+    from tofu.graph.ir import Role
+
+    reached: set[int] = set()
+    for node in reversed(graph.nodes):                  # nodes in a topological order
+        if node.op not in LOSS_OPS and not reached.intersection(node.outputs):
+            continue
+        for p, t in enumerate(node.inputs):
+            if gives_gradient(node.op, True, p, node.attrs) and not (p and node.op in LOSS_OPS):
+                reached.add(t)
+    return frozenset(t for t in reached if graph.tensors[t].role is Role.PARAM)
+
+
 def gives_gradient(op: str, arrives: bool | None, position: int | None = None, attrs=None) -> bool:
     """Whether MXNet's backward of ``op`` gives its input at ``position`` (None: any input but those of
     :data:`ZERO_GRADIENT_INPUTS`) a gradient that is not MXNet's zero, ``arrives`` telling what reaches the op's
