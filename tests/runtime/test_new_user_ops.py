@@ -3,7 +3,7 @@
 gradient multiplier, ``_linalg_gemm``, ``_linalg_extractdiag``, ``_linalg_makediag``, ``CTCLoss``, the spatial
 transformer's ops, the Cholesky factorization, triangular solves and products, inverses and determinants, a
 detection head's ROIPooling, ROIAlign and PSROIPooling, FlowNet's Correlation, im2col, SVMOutput, Pooling's lp
-type, cumsum, the deformable convolution, softmax with a length, a VAE's normal noise, topk's mask): refused before, they train partitioned equal to one device (``tofu run --check``, the
+type, cumsum, the deformable convolution, softmax with a length, a VAE's normal noise, topk's mask, the pdf ops): refused before, they train partitioned equal to one device (``tofu run --check``, the
 one-device run being the reference)."""
 import json
 
@@ -246,14 +246,29 @@ def _mixture_of_experts(path):
     return "data=16,12", "label=16"
 
 
+def _density_network(path):
+    """A mixture-density-style head: a network predicts, per sample, a normal's mean and scale and an exponential's
+    rate, scored by the log densities of the observed targets (MXNet's pdf ops, is_log)."""
+    s, x, y = mx.sym, mx.sym.var("data"), mx.sym.var("target")      # (16, 6), targets (16, 4)
+    h = s.Activation(s.FullyConnected(x, num_hidden=12, name="fc1"), act_type="tanh")
+    params = s.FullyConnected(h, num_hidden=3, name="params")
+    mu = s.reshape(s.slice_axis(params, axis=1, begin=0, end=1), shape=(-1,))
+    sigma = s.exp(s.reshape(s.slice_axis(params, axis=1, begin=1, end=2), shape=(-1,)))
+    lam = s.Activation(s.reshape(s.slice_axis(params, axis=1, begin=2, end=3), shape=(-1,)), act_type="softrelu")
+    normal = s.random_pdf_normal(y, mu, sigma, is_log=True)
+    expo = s.random_pdf_exponential(s.abs(y), lam + 0.1, is_log=True)
+    s.MakeLoss(-s.mean(normal + expo), name="loss").save(str(path))
+    return "data=16,6", "target=16,4"
+
+
 @pytest.mark.parametrize("build", [_constants, _splits, _interleaved_attention, _straight_through_linalg, _ctc,
                                    _spatial_transformer, _gaussian_process, _detection_head, _optical_flow,
                                    _involution, _svm, _lp_pool_cumsum, _deformable, _rfcn, _masked_attention, _vae,
-                                   _mixture_of_experts],
+                                   _mixture_of_experts, _density_network],
                          ids=["eye-linspace-full", "split_v2-arange_like", "interleaved-attention",
                               "ste-gemm-diag", "ctc", "spatial-transformer", "gaussian-process", "detection-head",
                               "optical-flow", "involution-im2col", "svm-output", "lp-pool-cumsum", "deformable-conv",
-                              "rfcn-psroi", "masked-attention", "vae", "mixture-of-experts"])
+                              "rfcn-psroi", "masked-attention", "vae", "mixture-of-experts", "density-network"])
 @pytest.mark.parametrize("algo", ["tofu", "data-parallel"])
 def test_a_model_of_the_newly_described_ops_trains_equal_to_one_device(capsys, tmp_path, build, algo):
     path = tmp_path / "model.json"

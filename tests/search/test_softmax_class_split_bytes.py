@@ -161,12 +161,16 @@ def _counted_and_measured(symbol, shapes: dict, k: int, algo: str):
 
 @pytest.mark.parametrize("k", [2, 4])
 def test_a_label_read_through_one_hot_is_not_sent_back(k):
-    """FullyConnected -> SoftmaxOutput at batch 1, the label's shape not given (a parameter, read by every other
-    worker from the first): the expansion splits the classes and reads the label through one_hot alone, so
-    MXNet copies it forward and prunes its backward copy, as every count says."""
+    """FullyConnected -> SoftmaxOutput at batch 1, the label computed from a parameter (rounded: a tensor held by
+    one worker, read by every other; a label variable itself is an input that every device is fed): the expansion
+    splits the classes and reads the label through one_hot alone, so MXNet copies it forward and prunes its
+    backward copy, as every count says."""
     x = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc")
-    graph, plan, predicted, copies = _counted_and_measured(mx.sym.SoftmaxOutput(x, name="softmax"),
+    label = mx.sym.round(mx.sym.var("softmax_label"), name="rounded")
+    graph, plan, predicted, copies = _counted_and_measured(mx.sym.SoftmaxOutput(x, label, name="softmax"),
                                                            {"data": (1, 4)}, k, "tofu")
+    assert graph.tensors[graph.nodes[0].inputs[0]].role.name == "DATA"
+    assert next(t for t in graph.tensors if t.name == "softmax_label").role.name == "PARAM"
     assert [c.backward for c in copies if c.name.startswith("softmax_label")] == [False] * (k - 1)
     assert predicted == (sum(c.nbytes for c in copies),) * 3
     replayed = program_from_plan(graph, plan)       # the plan's program (no statistics exchange): the same backward

@@ -43,7 +43,8 @@ RUNS_ON_ZEROS = frozenset({
     "CTCLoss", "ctc_loss", "_contrib_CTCLoss", "_contrib_ctc_loss", "BilinearSampler", "GridGenerator",
     "SpatialTransformer", "_linalg_det", "_linalg_slogdet", "_linalg_potri", "_linalg_trsm", "ROIPooling",
     "_contrib_ROIAlign", "_contrib_PSROIPooling", "Correlation", "_contrib_DeformableConvolution",
-    "_contrib_ModulatedDeformableConvolution"})
+    "_contrib_ModulatedDeformableConvolution", "_random_pdf_normal", "_random_pdf_uniform", "_random_pdf_exponential",
+    "_random_pdf_gamma", "_random_pdf_poisson"})
 """Ops whose backward MXNet runs when every gradient arriving at their outputs is its zero (their FGradient
 builds the backward node without checking: ``MakeGradNode``, a legacy op's): their inputs get a gradient (of
 zeros, but one MXNet keeps, sums and copies). Every other op's FGradient (``MakeNonlossGradNode``,

@@ -24,8 +24,8 @@ _RANDOM_OPS = frozenset({"Dropout", "_shuffle", "shuffle"})
 
 def is_random(node: Node) -> bool:
     """Whether ``node`` draws random numbers (a sampler, Dropout, a randomized leaky ReLU)."""
-    if node.op in _RANDOM_OPS or node.op.startswith(_RANDOM_PREFIXES):
-        return True
+    if node.op in _RANDOM_OPS or (node.op.startswith(_RANDOM_PREFIXES) and not node.op.startswith("_random_pdf_")):
+        return True         # (a density of given samples draws nothing)
     return node.op == "LeakyReLU" and node.attrs.get("act_type") == "rrelu"
 
 
