@@ -19,6 +19,7 @@ n - 1 instead of n in the exchange fails them (7e-4 to 9e-4, which float32's --c
 ``tofu run --check`` now asks float64 itself where float32 exceeds --rtol (tests/runtime/test_check_f64.py).
 """
 import dataclasses
+import json
 import re
 
 import mxnet as mx
@@ -56,8 +57,13 @@ def _gradients(pg, values, dtype):
     bind = mx.sym.Symbol.simple_bind
     symbol = pg.symbol
     if dtype != np.float32:     # the constants the rewrite adds (zero shards of a bias) carry their dtype; made
-        # float64 here by a rewrite of the JSON of its own, not by tofu.runtime.train.float64_symbol
-        symbol = mx.sym.load_json(re.sub(r'("dtype": )"float32"', r'\1"float64"', symbol.tojson()))
+        # float64 here by a rewrite of the JSON of its own, not by tofu.runtime.train.float64_symbol; one_hot (the
+        # class-split softmax's expansion reads its label through it) is float32 unless told otherwise
+        doc = json.loads(re.sub(r'("dtype": )"float32"', r'\1"float64"', symbol.tojson()))
+        for node in doc["nodes"]:
+            if node["op"] == "one_hot":
+                node.setdefault("attrs", {}).setdefault("dtype", "float64")
+        symbol = mx.sym.load_json(json.dumps(doc))
 
     def typed(self, ctx, *args, **kwargs):
         return bind(self, ctx, *args, type_dict={n: dtype for n in self.list_arguments()}, **kwargs)
