@@ -35,12 +35,39 @@ from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 UnaryFn = Callable[[ValueExpr], ValueExpr]
 
 
+# MXNet's numpy interface (``npx.set_np()``, Gluon blocks on ``mx.np``) exports its own operator for these
+# kernels: the same element-wise math on the same attributes (a scalar op's ``is_int`` only types integer
+# inputs), numpy broadcasting as the broadcast_* ops do it; each name is checked against its own MXNet operator.
+_UNARY_NUMPY = ("tanh", "exp", "log", "log1p", "expm1", "sqrt", "square", "reciprocal", "negative", "sign", "sin",
+                "cos", "tan", "arcsin", "arccos", "arctan", "sinh", "cosh", "arcsinh", "arccosh", "arctanh",
+                "degrees", "radians", "floor", "ceil", "rint", "fix", "trunc", "cbrt", "log2", "log10")
+NUMPY_NAMES: dict[str, str] = {
+    **{op: f"_npi_{op}" for op in _UNARY_NUMPY},
+    "abs": "_npi_absolute", "relu": "_npx_relu", "sigmoid": "_npx_sigmoid", "_copy": "_np_copy",
+    "_plus_scalar": "_npi_add_scalar", "_minus_scalar": "_npi_subtract_scalar",
+    "_rminus_scalar": "_npi_rsubtract_scalar", "_mul_scalar": "_npi_multiply_scalar",
+    "_div_scalar": "_npi_true_divide_scalar", "_rdiv_scalar": "_npi_rtrue_divide_scalar",
+    "_power_scalar": "_npi_power_scalar", "_rpower_scalar": "_npi_rpower_scalar",
+    "_maximum_scalar": "_npi_maximum_scalar", "_minimum_scalar": "_npi_minimum_scalar",
+    "_hypot_scalar": "_npi_hypot_scalar", "_mod_scalar": "_npi_mod_scalar", "_rmod_scalar": "_npi_rmod_scalar",
+    "broadcast_add": "_npi_add", "broadcast_sub": "_npi_subtract", "broadcast_mul": "_npi_multiply",
+    "broadcast_div": "_npi_true_divide", "broadcast_maximum": "_npi_maximum", "broadcast_minimum": "_npi_minimum",
+    "broadcast_power": "_npi_power", "broadcast_hypot": "_npi_hypot", "broadcast_mod": "_npi_mod",
+}
+"""Legacy op -> the numpy interface's name of its kernel (registered with it, as an alias)."""
+
+
+def _numpy_names(op: str) -> tuple[str, ...]:
+    return (NUMPY_NAMES[op],) if op in NUMPY_NAMES else ()
+
+
 def _register(op: str, fn: Callable, doc: str, *, inputs: Sequence[str], cases: Sequence[Case],
-              attrs: type = NoAttrs) -> None:
-    """Registers ``fn`` under ``op`` with its own name (for error messages) and docstring."""
+              attrs: type = NoAttrs, aliases: Sequence[str] = ()) -> None:
+    """Registers ``fn`` under ``op`` (and ``aliases``: the numpy interface's name of the same kernel) with its own
+    name (for error messages) and docstring."""
     fn.__name__ = fn.__qualname__ = op.lstrip("_")
     fn.__doc__ = doc
-    tdl_op(op, inputs=inputs, attrs=attrs, cases=cases)(fn)
+    tdl_op(op, inputs=inputs, attrs=attrs, cases=cases, aliases=aliases)(fn)
 
 
 def _softsign(x: ValueExpr) -> ValueExpr:
@@ -153,7 +180,8 @@ def _unary_op(op: str, fn: UnaryFn, formula: str, *, positive: bool = False, dra
     says (Case keywords; ``positive`` is short for positive inputs)."""
     draw = draw or ({"positive": (0,)} if positive else {})
     _register(op, lambda data, attrs: (lambda *i: fn(data[i])), f"out[i] = {formula}   (element-wise).",
-              inputs=("data",), cases=[Case(shapes=((3, 4),), **draw), Case(shapes=((2, 3, 5),), **draw)])
+              inputs=("data",), cases=[Case(shapes=((3, 4),), **draw), Case(shapes=((2, 3, 5),), **draw)],
+              aliases=_numpy_names(op))
 
 
 _unary_op("relu", relu, "max(data[i], 0)")
@@ -237,7 +265,7 @@ def _scalar_op(op: str, fn: Callable[[ValueExpr, float], ValueExpr], formula: st
     _register(op, lambda data, attrs: (lambda *i: fn(data[i], attrs.scalar)),
               f"out[i] = {formula}   (element-wise, scalar attribute s).", inputs=("data",), attrs=ScalarAttrs,
               cases=[Case(shapes=((3, 4),), attrs={"scalar": scalars[0]}, **draw),
-                     Case(shapes=((2, 3, 5),), attrs={"scalar": scalars[1]}, **draw)])
+                     Case(shapes=((2, 3, 5),), attrs={"scalar": scalars[1]}, **draw)], aliases=_numpy_names(op))
 
 
 _scalar_op("_plus_scalar", lambda x, s: x + s, "data[i] + s")
@@ -356,7 +384,7 @@ def _broadcast_op(op: str, fn: BinaryFn, formula: str, *, positive_rhs: bool = F
         cases = [Case(c.shapes, positive=(1,)) for c in BROADCAST_CASES] if positive_rhs else BROADCAST_CASES
     _register(op, lambda lhs, rhs, attrs: (lambda *i: fn(broadcast_read(lhs, i), broadcast_read(rhs, i))),
               f"out[i] = {formula}   (broadcasting: extent-1 and missing leading dims repeat).",
-              inputs=("lhs", "rhs"), cases=cases)
+              inputs=("lhs", "rhs"), cases=cases, aliases=_numpy_names(op))
 
 
 _broadcast_op("broadcast_add", lambda a, b: a + b, "lhs[i] + rhs[i]")

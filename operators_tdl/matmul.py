@@ -1,5 +1,6 @@
 """TDL descriptions of the matrix-product family: FullyConnected, dot, batch_dot, and the interleaved attention
-products of MXNet's contrib (``_contrib_interleaved_matmul_{selfatt,encdec}_{qk,valatt}``).
+products of MXNet's contrib (``_contrib_interleaved_matmul_{selfatt,encdec}_{qk,valatt}``), and the numpy
+interface's _npi_matmul and _np_dot.
 
 Each is one sum over the contracted index. Inputs of any rank keep one index variable per dimension, so every
 access stays affine: FullyConnected with ``flatten=True`` contracts one variable per flattened input dimension
@@ -81,6 +82,41 @@ def batch_dot(lhs: TensorVar, rhs: TensorVar, attrs: DotAttrs):
     a_at = (lambda b, m, k: lhs[(*b, k, m)]) if attrs.transpose_a else (lambda b, m, k: lhs[(*b, m, k)])
     b_at = (lambda b, n, k: rhs[(*b, n, k)]) if attrs.transpose_b else (lambda b, n, k: rhs[(*b, k, n)])
     return lambda *i: Sum(lambda k: a_at(i[:-2], i[-2], k) * b_at(i[:-2], i[-1], k))
+
+
+# The numpy interface's products (``npx.set_np()``). A 1-D operand (numpy's vector rules, a 0-d result for two
+# of them) is not described for matmul; _np_dot is legacy dot's contraction where b has at most two dimensions.
+
+def _batch_read(x: TensorVar, batch: Sequence, row, col):
+    """x[batch.., row, col] with x's batch dimensions right-aligned to ``batch`` and broadcast (extent 1 read at 0)."""
+    lead = len(batch) - (x.ndim - 2)
+    return x[(*(0 if n == 1 else v for n, v in zip(x.shape[:-2], batch[lead:])), row, col)]
+
+
+@tdl_op("_npi_matmul", inputs=("a", "b"), cases=[
+    Case(shapes=((3, 4), (4, 5))),
+    Case(shapes=((2, 3, 4), (2, 4, 5))),
+    Case(shapes=((2, 1, 3, 4), (3, 4, 2))),       # batch dimensions broadcast
+    Case(shapes=((2, 3, 4), (4, 5))),
+])
+def np_matmul(a: TensorVar, b: TensorVar, attrs: NoAttrs):
+    """out[t.., m, n] = sum_k a[t.., m, k] * b[t.., k, n]  (the batch dimensions t broadcast as numpy's)."""
+    if a.ndim < 2 or b.ndim < 2:
+        raise TDLError("_npi_matmul: a 1-D operand (numpy's vector product) is not described")
+    return lambda *i: Sum(lambda k: _batch_read(a, i[:-2], i[-2], k) * _batch_read(b, i[:-2], k, i[-1]))
+
+
+@tdl_op("_np_dot", inputs=("a", "b"), cases=[
+    Case(shapes=((3, 4), (4, 5))),
+    Case(shapes=((2, 3, 4), (4, 5))),
+    Case(shapes=((2, 3, 4), (4,))),
+])
+def np_dot(a: TensorVar, b: TensorVar, attrs: NoAttrs):
+    """out[i.., j] = sum_k a[i.., k] * b[k, j]  (b of one or two dimensions; numpy's dot)."""
+    if b.ndim > 2 or a.ndim + b.ndim < 3:
+        raise TDLError(f"_np_dot: operands of {a.ndim} and {b.ndim} dimensions are not described (b of one or "
+                       f"two, not both vectors)")
+    return dot(a, b, DotAttrs())
 
 
 # ------------------------------------------------------------------------------------------------------------

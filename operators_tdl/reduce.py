@@ -1,5 +1,6 @@
 """TDL descriptions of MXNet's reductions over axes: sum, mean, max, min, prod, nansum, nanprod, norm, moments,
-and the index reductions argmax, argmin, argmax_channel; the prefix sum _np_cumsum.
+and the index reductions argmax, argmin, argmax_channel; the prefix sum _np_cumsum; the numpy interface's
+_np_sum, _npi_mean, _np_max, _np_min, _np_prod.
 
 Each output element is one ``Sum``/``Max``/``Min``/``Prod`` over the reduced axes (a single reduction over all
 of them, so that splitting any reduced axis is one partition-n-reduce). Kept axes are read with the output's
@@ -74,6 +75,16 @@ def _count(data: TensorVar, axes: Sequence[int]) -> int:
     return n
 
 
+def _reduced(data: TensorVar, axes: Sequence[int], keepdims: bool, reducer: Reducer, mean: bool,
+             element: Callable[[ValueExpr], ValueExpr] = lambda v: v) -> Callable[..., ValueExpr]:
+    """:func:`reduction`, divided by the number of reduced elements for a ``mean``."""
+    out = reduction(data, axes, keepdims, reducer, element)
+    if not mean:
+        return out
+    n = _count(data, axes)
+    return lambda *o: out(*o) / n
+
+
 REDUCE_CASES = [
     Case(shapes=((3, 4),)),                                                   # every axis -> shape (1,)
     Case(shapes=((2, 3, 4),), attrs={"axis": 1}),
@@ -88,25 +99,67 @@ def _reduce_op(op: str, reducer: Reducer, formula: str, *, mean: bool = False,
     """Registers ``op`` (``reducer`` of ``element(data)`` over the reduced axes; divided by their size for
     ``mean``)."""
     def build(data: TensorVar, attrs: ReduceAttrs):
-        axes = reduced_axes(data.ndim, attrs.axis, attrs.exclude, op)
-        out = reduction(data, axes, attrs.keepdims, reducer, element)
-        if not mean:
-            return out
-        n = _count(data, axes)
-        return lambda *o: out(*o) / n
+        return _reduced(data, reduced_axes(data.ndim, attrs.axis, attrs.exclude, op), attrs.keepdims, reducer, mean,
+                        element)
 
     build.__name__ = build.__qualname__ = op
     build.__doc__ = f"out[o] = {formula} over the reduced axes k of data (axis, exclude, keepdims as MXNet)."
     tdl_op(op, inputs=("data",), attrs=ReduceAttrs, cases=REDUCE_CASES)(build)
 
 
-_reduce_op("sum", Sum, "sum_k data[o, k]")
-_reduce_op("mean", Sum, "(sum_k data[o, k]) / |k|", mean=True)
-_reduce_op("max", Max, "max_k data[o, k]")
-_reduce_op("min", Min, "min_k data[o, k]")
-_reduce_op("prod", Prod, "prod_k data[o, k]")
+# MXNet's name, its numpy interface's name, the reducer, its formula, whether it is a mean
+REDUCTIONS = (("sum", "_np_sum", Sum, "sum_k data[o, k]", False),
+              ("mean", "_npi_mean", Sum, "(sum_k data[o, k]) / |k|", True),
+              ("max", "_np_max", Max, "max_k data[o, k]", False),
+              ("min", "_np_min", Min, "min_k data[o, k]", False),
+              ("prod", "_np_prod", Prod, "prod_k data[o, k]", False))
+for _op, _, _reducer, _formula, _mean in REDUCTIONS:
+    _reduce_op(_op, _reducer, _formula, mean=_mean)
 _reduce_op("nansum", Sum, "sum_k data[o, k], NaN counted as 0,", element=lambda v: where(ne(v, v), 0.0, v))
 _reduce_op("nanprod", Prod, "prod_k data[o, k], NaN counted as 1,", element=lambda v: where(ne(v, v), 1.0, v))
+
+
+# The numpy interface's reductions (``npx.set_np()``; ``_np_amax`` and ``_np_product`` are MXNet's other names of
+# ``_np_max`` and ``_np_prod``): numpy's axis convention (None reduces every axis, () none, no ``exclude``).
+# Reducing every axis without keepdims gives numpy's 0-d array, which is not described; nor are ``initial`` and a
+# ``dtype`` other than float32.
+
+@dataclass(frozen=True)
+class NumpyReduceAttrs:
+    axis: tuple[int, ...] | None = None
+    keepdims: bool = False
+    dtype: str | None = None
+    initial: float | None = None
+
+
+NUMPY_REDUCE_CASES = [
+    Case(shapes=((3, 4),), attrs={"keepdims": True}),                        # every axis, kept
+    Case(shapes=((2, 3, 4),), attrs={"axis": 1}),
+    Case(shapes=((2, 3, 4),), attrs={"axis": (0, -1), "keepdims": True}),
+    Case(shapes=((2, 3, 2, 2),), attrs={"axis": (1, 3)}),
+]
+
+
+def _numpy_reduce_op(op: str, reducer: Reducer, formula: str, *, mean: bool = False) -> None:
+    def build(a: TensorVar, attrs: NumpyReduceAttrs):
+        if attrs.initial is not None:
+            raise TDLError(f"{op}: the 'initial' attribute is not described")
+        if attrs.dtype not in (None, "None", "float32"):
+            raise TDLError(f"{op}: dtype '{attrs.dtype}' is not described (float32 is)")
+        axes = tuple(range(a.ndim)) if attrs.axis is None else reduced_axes(a.ndim, attrs.axis, False, op) \
+            if attrs.axis else ()
+        if len(axes) == a.ndim and not attrs.keepdims:
+            raise TDLError(f"{op}: reducing every axis gives a 0-d (scalar) array, which is not described; "
+                           f"keepdims=True keeps the dimensions")
+        return _reduced(a, axes, attrs.keepdims, reducer, mean)
+
+    build.__name__ = build.__qualname__ = op
+    build.__doc__ = f"out[o] = {formula} over the reduced axes k of a (numpy's axis and keepdims)."
+    tdl_op(op, inputs=("a",), attrs=NumpyReduceAttrs, cases=NUMPY_REDUCE_CASES)(build)
+
+
+for _, _op, _reducer, _formula, _mean in REDUCTIONS:
+    _numpy_reduce_op(_op, _reducer, _formula.replace("data", "a"), mean=_mean)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 
 Ops: Reshape, Flatten, transpose, SwapAxis, Concat, SliceChannel, _split_v2, slice_axis, slice, expand_dims, squeeze,
 stack, tile, repeat, broadcast_to, broadcast_axis, broadcast_like, reshape_like, slice_like, reverse,
-depth_to_space, space_to_depth, diag. Each output element reads one input element; wherever a dimension maps
+depth_to_space, space_to_depth, diag; and the numpy interface's (``npx.set_np()``): _np_reshape, _npx_reshape,
+_np_transpose, _npi_concatenate, _np_squeeze, _npi_broadcast_to, _np_moveaxis, and under the legacy op's
+description _npi_stack, _npi_swapaxes, _npi_expand_dims. Each output element reads one input element; wherever a dimension maps
 onto a dimension, it is indexed directly (affine), and only dimensions whose extents are regrouped (Reshape's
 merged or split dims, tile, repeat, the block moves) use ``//`` and ``%``. The ``*_like`` ops take only the
 shape of their second input; its elements are declared read (``uses``) along the axes it sizes, so that a
@@ -109,7 +111,7 @@ class SwapAxisAttrs:
     dim2: int = 0
 
 
-@tdl_op("SwapAxis", inputs=("data",), attrs=SwapAxisAttrs, cases=[
+@tdl_op("SwapAxis", inputs=("data",), attrs=SwapAxisAttrs, aliases=("_npi_swapaxes",), cases=[
     Case(shapes=((2, 3, 4),), attrs={"dim1": 0, "dim2": 2}),
     Case(shapes=((2, 3, 4),), attrs={"dim1": 1, "dim2": 2}),
 ])
@@ -262,7 +264,7 @@ class ExpandDimsAttrs:
     axis: int
 
 
-@tdl_op("expand_dims", inputs=("data",), attrs=ExpandDimsAttrs, cases=[
+@tdl_op("expand_dims", inputs=("data",), attrs=ExpandDimsAttrs, aliases=("_npi_expand_dims",), cases=[
     Case(shapes=((2, 3),), attrs={"axis": 1}),
     Case(shapes=((2, 3),), attrs={"axis": -1}),
     Case(shapes=((4,),), attrs={"axis": 0}),
@@ -302,7 +304,7 @@ class StackAttrs:
     axis: int = 0
 
 
-@tdl_op("stack", inputs=("*data",), attrs=StackAttrs, cases=[
+@tdl_op("stack", inputs=("*data",), attrs=StackAttrs, aliases=("_npi_stack",), cases=[
     Case(shapes=((2, 3), (2, 3)), attrs={"num_args": 2}),
     Case(shapes=((2, 3), (2, 3), (2, 3)), attrs={"num_args": 3, "axis": -1}),
 ])
@@ -529,3 +531,121 @@ def diag(data: TensorVar, attrs: DiagAttrs) -> Callable:
         idx[a1], idx[a2] = d + max(-k, 0), d + max(k, 0)
         return data[tuple(idx)]
     return out
+
+
+# ------------------------------------------------------------------------ the numpy interface (npx.set_np)
+# Gluon blocks on ``mx.np`` export these. They move data as their legacy twins do; where their attributes or
+# their shapes differ (numpy's axis conventions, no 0 = "keep" extents), they have descriptions of their own.
+# A 0-d result (numpy's scalar array) is not described: tofu's tensors have at least one dimension.
+
+def _not_scalar(out_shapes: Sequence[Shape], op: str) -> None:
+    if any(len(s) == 0 for s in out_shapes):
+        raise TDLError(f"{op}: a 0-d (scalar) result is not described; keep a dimension (keepdims, an axis)")
+
+
+@dataclass(frozen=True)
+class NumpyReshapeAttrs:
+    newshape: tuple[int, ...] = ()
+    order: str = "C"
+    reverse: bool = False
+
+
+def _row_major(op: str, data: TensorVar, attrs: NumpyReshapeAttrs, out_shapes: Sequence[Shape]) -> Callable:
+    if attrs.order != "C":
+        raise TDLError(f"{op}: order '{attrs.order}' is not described (the row-major order 'C' is)")
+    _not_scalar(out_shapes, op)
+    return reshape(data, NoAttrs(), out_shapes=out_shapes)
+
+
+@tdl_op("_np_reshape", inputs=("a",), attrs=NumpyReshapeAttrs, cases=[
+    Case(shapes=((2, 3, 4),), attrs={"newshape": (2, 12)}),
+    Case(shapes=((6, 4),), attrs={"newshape": (2, -1, 4)}),
+    Case(shapes=((2, 6, 2),), attrs={"newshape": (4, 3, 2)}),
+])
+def np_reshape(a: TensorVar, attrs: NumpyReshapeAttrs, *, out_shapes: Sequence[Shape]) -> Callable:
+    """out[o] = a[unravel(ravel(o, out.shape), a.shape)]  (row-major; -1 inferred; order 'C' only)."""
+    return _row_major("_np_reshape", a, attrs, out_shapes)
+
+
+@tdl_op("_npx_reshape", inputs=("a",), attrs=NumpyReshapeAttrs, cases=[
+    Case(shapes=((2, 3, 4),), attrs={"newshape": (-2, -1)}),          # -2 copies a dimension
+    Case(shapes=((2, 3, 4),), attrs={"newshape": (-5, -2)}),          # -5 merges two
+    Case(shapes=((6, 4),), attrs={"newshape": (-6, 2, 3, -2)}),       # -6 splits one
+    Case(shapes=((2, 1, 4),), attrs={"newshape": (-2, -3, -2)}),      # -3 drops an extent-1 dimension
+])
+def npx_reshape(a: TensorVar, attrs: NumpyReshapeAttrs, *, out_shapes: Sequence[Shape]) -> Callable:
+    """out[o] = a[unravel(ravel(o, out.shape), a.shape)]  (row-major: the special values of ``newshape`` and
+    ``reverse`` only say the output shape, which MXNet infers)."""
+    return _row_major("_npx_reshape", a, attrs, out_shapes)
+
+
+@dataclass(frozen=True)
+class NumpyTransposeAttrs:
+    axes: tuple[int, ...] | None = None
+
+
+@tdl_op("_np_transpose", inputs=("a",), attrs=NumpyTransposeAttrs, cases=[
+    Case(shapes=((2, 3, 4),)),
+    Case(shapes=((2, 3, 4),), attrs={"axes": (1, 0, 2)}),
+    Case(shapes=((2, 3, 2, 2),), attrs={"axes": (0, -2, 3, 1)}),
+])
+def np_transpose(a: TensorVar, attrs: NumpyTransposeAttrs) -> Callable:
+    """out[o_0, ..., o_n] = a[i] with i[axes[k]] = o_k  (default axes: reversed)."""
+    return transpose(a, TransposeAttrs(tuple(attrs.axes or ())))
+
+
+@dataclass(frozen=True)
+class NumpyConcatenateAttrs:
+    axis: int = 0
+
+
+@tdl_op("_npi_concatenate", inputs=("*data",), attrs=NumpyConcatenateAttrs, cases=[
+    Case(shapes=((2, 3), (1, 3)), attrs={"num_args": 2, "axis": 0}),
+    Case(shapes=((2, 2, 3), (2, 2, 1), (2, 2, 2)), attrs={"num_args": 3, "axis": -1}),
+    Case(shapes=((2, 3), (4, 3)), attrs={"num_args": 2}),
+])
+def np_concatenate(data: tuple[TensorVar, ...], attrs: NumpyConcatenateAttrs) -> Callable:
+    """out[..., j, ...] = data_k[..., j - off_k, ...] where off_k <= j < off_k + n_k  (along ``axis``)."""
+    return concat(data, ConcatAttrs(attrs.axis))
+
+
+@tdl_op("_np_squeeze", inputs=("a",), attrs=SqueezeAttrs, cases=[
+    Case(shapes=((2, 1, 3, 1),)),
+    Case(shapes=((2, 1, 3, 1),), attrs={"axis": (1,)}),
+    Case(shapes=((1, 4),), attrs={"axis": (0,)}),
+])
+def np_squeeze(a: TensorVar, attrs: SqueezeAttrs, *, out_shapes: Sequence[Shape]) -> Callable:
+    """out = a without its extent-1 axes (those in ``axis``, default all)."""
+    _not_scalar(out_shapes, "_np_squeeze")
+    return squeeze(a, attrs)
+
+
+@tdl_op("_npi_broadcast_to", inputs=("array",), attrs=BroadcastToAttrs, cases=[
+    Case(shapes=((1, 4),), attrs={"shape": (3, 4)}),
+    Case(shapes=((3, 1),), attrs={"shape": (2, 3, 5)}),          # numpy prepends dimensions
+    Case(shapes=((4,),), attrs={"shape": (2, 4)}),
+])
+def np_broadcast_to(array: TensorVar, attrs: BroadcastToAttrs) -> Callable:
+    """out[i] = array[i right-aligned, 0 on array's extent-1 dims]  (out.shape = the ``shape`` attribute)."""
+    return lambda *o: broadcast_read(array, o)
+
+
+@dataclass(frozen=True)
+class MoveAxisAttrs:
+    source: tuple[int, ...]
+    destination: tuple[int, ...]
+
+
+@tdl_op("_np_moveaxis", inputs=("a",), attrs=MoveAxisAttrs, cases=[
+    Case(shapes=((2, 3, 4),), attrs={"source": (0,), "destination": (-1,)}),
+    Case(shapes=((2, 3, 4, 5),), attrs={"source": (1, 3), "destination": (0, 1)}),
+])
+def np_moveaxis(a: TensorVar, attrs: MoveAxisAttrs) -> Callable:
+    """out = a with axes ``source`` moved to ``destination``, the others in their order."""
+    if len(attrs.source) != len(attrs.destination):
+        raise TDLError("_np_moveaxis: source and destination differ in length")
+    src = [_axis(x, a.ndim, "_np_moveaxis") for x in attrs.source]
+    dst = [_axis(x, a.ndim, "_np_moveaxis") for x in attrs.destination]
+    rest = iter(d for d in range(a.ndim) if d not in src)
+    by_dst = dict(zip(dst, src))
+    return _permuted(a, [by_dst[k] if k in by_dst else next(rest) for k in range(a.ndim)])

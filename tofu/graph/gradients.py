@@ -16,7 +16,8 @@ from tofu.graph.ir import LOSS_OPS
 
 ZERO_GRADIENT_OPS = frozenset({
     "BlockGrad", "stop_gradient", "zeros_like", "ones_like", "one_hot", "argmax", "argmin", "argsort", "round",
-    "rint", "ceil", "floor", "fix", "trunc", "logical_not", "shape_array", "size_array", "_equal", "_not_equal",
+    "rint", "ceil", "floor", "fix", "trunc", "_npi_rint", "_npi_ceil", "_npi_floor", "_npi_fix", "_npi_trunc",
+    "logical_not", "shape_array", "size_array", "_equal", "_not_equal",
     "_greater", "_greater_equal", "_lesser", "_lesser_equal", "_equal_scalar", "_not_equal_scalar",
     "_greater_scalar", "_greater_equal_scalar", "_lesser_scalar", "_lesser_equal_scalar", "_logical_and",
     "_logical_or", "_logical_xor", "_logical_and_scalar", "_logical_or_scalar", "_logical_xor_scalar",
@@ -37,7 +38,7 @@ read for its shape."""
 
 RUNS_ON_ZEROS = frozenset({
     "Concat", "concat", "_rnn_param_concat", "add_n", "ElementWiseSum", "SliceChannel", "split", "Pad", "pad",
-    "SwapAxis", "swapaxes", "Crop", "FullyConnected", "Convolution", "Deconvolution", "batch_dot", "Activation",
+    "SwapAxis", "swapaxes", "_npi_swapaxes", "Crop", "FullyConnected", "Convolution", "Deconvolution", "batch_dot", "Activation",
     "LeakyReLU", "Dropout", "Pooling", "UpSampling", "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm",
     "L2Normalization", "LRN", "SequenceLast", "SequenceMask", "SequenceReverse", "gather_nd", "moments", "where",
     "CTCLoss", "ctc_loss", "_contrib_CTCLoss", "_contrib_ctc_loss", "BilinearSampler", "GridGenerator",

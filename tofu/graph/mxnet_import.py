@@ -259,8 +259,20 @@ def _known_shapes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], dtype: str
         hint = ""
         if any(math.prod(v) > MAX_EXTENT for v in shapes.values()):   # a flattened extent wraps to 0
             hint = " (an input has over 2^31-1 elements: MXNet 1.9.1 cannot index a flattened extent that large)"
+        scalar = _numpy_scalars(symbol, missing)
+        if scalar and not hint:
+            hint = (f" ({scalar}: a numpy operator's 0-d result, which MXNet 1.x's shapes leave unknown and tofu "
+                    f"does not describe; keep a dimension, e.g. keepdims=True)")
         raise InputShapeError(f"shapes given ({_fmt_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}{hint}")
     return found
+
+
+def _numpy_scalars(symbol: mx.sym.Symbol, missing: Sequence[str]) -> str | None:
+    """The first entry of ``missing`` that a numpy-interface op (``_np_*``, ``_npi_*``, ``_npx_*``) outputs, named
+    with its op, or None."""
+    ops = {f"{n['name']}_output": n["op"] for n in json.loads(symbol.tojson())["nodes"]
+           if n["op"].startswith(("_np_", "_npi_", "_npx_"))}
+    return next((f"{m} is the output of {ops[m]}" for m in missing if m in ops), None)
 
 
 def _unique_names(doc: dict, names: Sequence[str], shapes, types) -> dict | None:

@@ -429,17 +429,36 @@ def _one_replica(node: Node, produced: list[Held]) -> list[Held]:
 
 
 def _op_function(op: str):
-    fn = getattr(mx.sym, op, None) or getattr(mx.sym._internal, op, None)
+    numpy = op.startswith(("_np_", "_npi_", "_npx_"))     # their mx.sym functions take numpy symbols only
+    fn = None if numpy else getattr(mx.sym, op, None) or getattr(mx.sym._internal, op, None)
     if fn is None and op.startswith("_np_") and _same_op(op, op[4:]):
-        fn = getattr(mx.sym, op[4:], None)    # a numpy operator's legacy alias (_np_cumsum: mx.sym.cumsum); its
-        #                                       mx.sym.np function takes numpy symbols only
-    if fn is None and op.startswith("_"):      # MXNet keeps _contrib_X, _image_X as mx.sym.contrib.X, mx.sym.image.X
+        fn = getattr(mx.sym, op[4:], None)    # a numpy operator's legacy alias (_np_cumsum: mx.sym.cumsum)
+    if fn is None and not numpy and op.startswith("_"):   # _contrib_X, _image_X: mx.sym.contrib.X, mx.sym.image.X
         namespace, _, name = op[1:].partition("_")
         module = getattr(mx.sym, namespace, None)
         fn = getattr(module, name, None) if isinstance(module, types.ModuleType) else None
+    if fn is None and _same_op(op, op):
+        fn = _composed(op)
     if fn is None:
         raise RewriteError(f"MXNet has no symbol function for operator '{op}'")
     return fn
+
+
+def _composed(op: str):
+    """A symbol function for a registered operator that has none for legacy symbols (the numpy interface's
+    _npi_tanh, _np_reshape, ...: their functions take numpy symbols only): the op node is read from JSON
+    (:func:`tofu.graph.single_op.op_symbol`, variables in0, in1, ...), its variables bound to the inputs, and
+    the attributes of the enclosing ``AttrScope`` (its device group) set on it, as a symbol function does."""
+    from tofu.graph.single_op import op_symbol
+
+    def build(*args, name: str, **attrs):
+        template = op_symbol(op, {k: str(v) for k, v in attrs.items()}, len(args))
+        sym = template(name=name, **{f"in{i}": a for i, a in enumerate(args)})
+        scope = mx.attribute.AttrScope._current.value.get(None)
+        if scope:
+            sym._set_attr(**scope)
+        return sym
+    return build
 
 
 def _same_op(a: str, b: str) -> bool:

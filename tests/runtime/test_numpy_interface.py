@@ -1,0 +1,97 @@
+"""Models written with MXNet 1.9's numpy interface (``npx.set_np()``, Gluon blocks on ``mx.np``), whose exported
+symbol files carry the interface's own operators (``_npi_add``, ``_np_reshape``, ``_npi_matmul``, ``_np_sum``,
+...): refused before they were described, they train partitioned equal to one device (``tofu run --check``, the
+one-device run being the reference), with the plan's bytes measured."""
+import json
+
+import mxnet as mx
+import pytest
+
+from tests.test_cli import run
+
+
+class _Attention(mx.gluon.HybridBlock):
+    """A transformer block as a user writes it on ``mx.np``: reshapes and transposes to heads, matmul, softmax,
+    a residual LayerNorm, a feed-forward, then a mean, a sum and an exp pooled and concatenated."""
+
+    def __init__(self):
+        super().__init__()
+        dense = dict(flatten=False)
+        self.q, self.k, self.v = (mx.gluon.nn.Dense(16, **dense) for _ in range(3))
+        self.o, self.ff2 = mx.gluon.nn.Dense(16, **dense), mx.gluon.nn.Dense(16, **dense)
+        self.ff = mx.gluon.nn.Dense(32, activation="relu", **dense)
+        self.ln, self.out = mx.gluon.nn.LayerNorm(), mx.gluon.nn.Dense(5)
+
+    def hybrid_forward(self, F, x):
+        heads = [f(x).reshape(4, 6, 2, -1).transpose(0, 2, 1, 3) for f in (self.q, self.k, self.v)]
+        q, k, v = heads
+        a = F.npx.softmax(F.np.matmul(q, k.transpose(0, 1, 3, 2)) / F.np.sqrt(8.0), axis=-1)
+        x = self.ln(x + self.o(F.np.matmul(a, v).transpose(0, 2, 1, 3).reshape(4, 6, -1)))
+        x = x + self.ff2(self.ff(x))
+        m = x.mean(axis=1)
+        return self.out(F.np.tanh(F.np.concatenate([m, F.np.exp(-m) * 0.1, x.sum(axis=1) - 1], axis=-1)))
+
+
+class _ConvNet(mx.gluon.HybridBlock):
+    """A convolutional net with numpy arithmetic: square, sqrt, maximum, global mean and max pooling, stack,
+    swapaxes, moveaxis, dot with a parameter, npx.reshape's special codes, expand_dims, squeeze."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = mx.gluon.nn.Conv2D(8, 3, padding=1), mx.gluon.nn.Conv2D(8, 3, padding=1)
+        self.bn, self.out = mx.gluon.nn.BatchNorm(), mx.gluon.nn.Dense(4)
+        self.w = self.params.get("w", shape=(8, 6))
+
+    def hybrid_forward(self, F, x, w):
+        h = F.np.maximum(self.bn(self.c1(x)), 0.0)
+        h = h + F.np.sqrt(F.np.square(self.c2(h)) + 1.0)
+        g = h.mean(axis=(2, 3))
+        s = F.np.moveaxis(F.np.swapaxes(F.np.stack([g, h.max(axis=3).sum(axis=2)], axis=1), 1, 2), 2, 0)
+        d = F.npx.reshape(F.np.dot(s, w), (-2, -2, -6, 2, 3))              # (2, b, 2, 3)
+        e = F.np.squeeze(F.np.expand_dims(d.sum(axis=0), 1), axis=1).reshape(-1, 6)
+        return self.out(F.np.concatenate([F.np.tanh(e) / 3.0 - 0.5 * e, g], axis=1))
+
+
+def _export(block, shape, path):
+    """``block`` built, run once and exported under numpy semantics (restored after): the symbol file a user
+    of the numpy interface writes; returns the operators it holds."""
+    with mx.util.np_shape(True), mx.util.np_array(True):
+        net = block()
+        net.initialize()
+        net.hybridize()
+        net(mx.np.ones(shape))
+        net.export(str(path))
+    return {n["op"] for n in json.loads((path.parent / f"{path.name}-symbol.json").read_text())["nodes"]}
+
+
+@pytest.mark.parametrize("block,shape,numpy_ops", [
+    (_Attention, (4, 6, 16), {"_np_reshape", "_np_transpose", "_npi_matmul", "_npi_true_divide_scalar", "_npi_add",
+                              "_npi_mean", "_np_sum", "_npi_exp", "_npi_concatenate", "_npi_tanh"}),
+    (_ConvNet, (8, 3, 8, 8), {"_npi_sqrt", "_npi_square", "_npi_mean", "_np_max", "_npi_stack", "_np_moveaxis",
+                              "_np_dot", "_npx_reshape", "_np_squeeze", "_npi_concatenate", "_npi_subtract"}),
+], ids=["attention", "convnet"])
+@pytest.mark.parametrize("workers,algo", [(2, "tofu"), (3, "tofu"), (4, "tofu"), (4, "data-parallel")])
+def test_a_numpy_interface_model_trains_equal_to_one_device(capsys, tmp_path, block, shape, numpy_ops, workers,
+                                                             algo):
+    ops = _export(block, shape, tmp_path / "net")
+    assert numpy_ops <= ops, f"the export holds {sorted(ops)}"
+    rc, out, err = run(capsys, "run", str(tmp_path / "net-symbol.json"), "--shape", "data=" + ",".join(map(str, shape)),
+                       "--workers", str(workers), "--algo", algo, "--steps", "2", "--check", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    assert doc["check_passed"] and doc["gradient_max_rel_diff"] < 1e-4
+    assert doc["measured_comm_bytes"] == doc["predicted_comm_bytes"]
+
+
+def test_a_numpy_scalar_result_is_refused_with_its_reason(capsys, tmp_path):
+    """numpy's 0-d arrays (a sum over every axis) are not described: one line, exit 2."""
+    x = mx.sym.var("data")
+    h = mx.sym.FullyConnected(x, num_hidden=4, name="fc")
+    doc = json.loads(h.tojson())
+    doc["nodes"].append({"op": "_np_sum", "name": "total", "attrs": {"axis": "None"},
+                         "inputs": [[len(doc["nodes"]) - 1, 0, 0]]})
+    doc["heads"] = [[len(doc["nodes"]) - 1, 0, 0]]
+    (tmp_path / "total.json").write_text(json.dumps(doc))
+    rc, _, err = run(capsys, "plan", str(tmp_path / "total.json"), "--shape", "data=8,6", "--workers", "2")
+    assert rc == 2
+    assert "0-d" in err and len(err.strip().splitlines()) == 1
