@@ -18,7 +18,8 @@ Families (each op registered on its own, through a small factory per family):
 - broadcast: broadcast_add, broadcast_sub, broadcast_mul, broadcast_div, broadcast_maximum, broadcast_minimum,
   broadcast_power, broadcast_hypot, broadcast_mod, and the broadcast comparisons and logical ops;
 - others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, Cast, MakeLoss, make_loss, _zeros, _ones, _full
-  (no inputs).
+  (no inputs), _npi_full_like;
+- the numpy interface's names of the unary, scalar and broadcast kernels (``NUMPY_NAMES``).
 
 Comparisons and logical ops give 1.0 where they hold and 0.0 elsewhere, in the input's type (as MXNet's
 float kernels do); logical ops treat every non-zero value as true.
@@ -541,6 +542,24 @@ class FullAttrs:
     shape: tuple[int, ...]
     value: float
     dtype: str = "float32"
+
+
+@dataclass(frozen=True)
+class FullLikeAttrs:
+    fill_value: float
+    dtype: str | None = None
+
+
+@tdl_op("_npi_full_like", inputs=("a",), attrs=FullLikeAttrs, cases=[
+    Case(shapes=((3, 4),), attrs={"fill_value": 0.0}),
+    Case(shapes=((2, 3, 5),), attrs={"fill_value": -1.5}),
+])
+def full_like(a: TensorVar, attrs: FullLikeAttrs):
+    """out[i] = fill_value  (the numpy interface's zeros_like, ones_like, full_like: shape of a, its elements read
+    for their positions)."""
+    if attrs.dtype not in (None, "None", "float32"):
+        raise TDLError(f"_npi_full_like: dtype '{attrs.dtype}' is not described (float32 is)")
+    return lambda *i: uses(attrs.fill_value, a[i])
 
 
 @tdl_op("_full", inputs=(), attrs=FullAttrs, cases=[

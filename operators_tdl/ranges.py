@@ -1,6 +1,6 @@
 """TDL descriptions of the range family: tensors whose values are their own index.
 
-``_arange`` (``mx.sym.arange``): the value is an affine function of the (repeated) position, so a split of
+``_arange`` (``mx.sym.arange``; ``_npi_arange``, the numpy interface's, without ``repeat``): the value is an affine function of the (repeated) position, so a split of
 the output needs no input and no exchange; models use it for positions and causal masks. ``_linspace`` and
 ``_eye`` likewise; ``_contrib_arange_like`` takes its extents from an input's shape.
 """
@@ -30,6 +30,15 @@ def arange(attrs: ArangeAttrs):
     if attrs.repeat < 1:
         raise TDLError(f"_arange: repeat {attrs.repeat} must be positive")
     return lambda i: IndexValue(i // attrs.repeat) * attrs.step + attrs.start
+
+
+@tdl_op("_npi_arange", inputs=(), attrs=ArangeAttrs, cases=[
+    Case(shapes=(), attrs={"start": 0, "stop": 5}),
+    Case(shapes=(), attrs={"start": 2.5, "stop": 9, "step": 1.5}),
+])
+def np_arange(attrs: ArangeAttrs):
+    """out[i] = start + i * step  (no inputs; MXNet's numpy interface takes no ``repeat`` but 1)."""
+    return arange(attrs)
 
 
 @dataclass(frozen=True)

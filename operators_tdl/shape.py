@@ -4,7 +4,7 @@ Ops: Reshape, Flatten, transpose, SwapAxis, Concat, SliceChannel, _split_v2, sli
 stack, tile, repeat, broadcast_to, broadcast_axis, broadcast_like, reshape_like, slice_like, reverse,
 depth_to_space, space_to_depth, diag; and the numpy interface's (``npx.set_np()``): _np_reshape, _npx_reshape,
 _np_transpose, _npi_concatenate, _np_squeeze, _npi_broadcast_to, _np_moveaxis, and under the legacy op's
-description _npi_stack, _npi_swapaxes, _npi_expand_dims. Each output element reads one input element; wherever a dimension maps
+description _npi_stack, _npi_swapaxes, _npi_expand_dims, _npi_flip. Each output element reads one input element; wherever a dimension maps
 onto a dimension, it is indexed directly (affine), and only dimensions whose extents are regrouped (Reshape's
 merged or split dims, tile, repeat, the block moves) use ``//`` and ``%``. The ``*_like`` ops take only the
 shape of their second input; its elements are declared read (``uses``) along the axes it sizes, so that a
@@ -453,7 +453,7 @@ class ReverseAttrs:
     axis: tuple[int, ...]
 
 
-@tdl_op("reverse", inputs=("data",), attrs=ReverseAttrs, cases=[
+@tdl_op("reverse", inputs=("data",), attrs=ReverseAttrs, aliases=("_npi_flip",), cases=[
     Case(shapes=((3, 4),), attrs={"axis": 0}),
     Case(shapes=((2, 3, 5),), attrs={"axis": (0, 2)}),
 ])

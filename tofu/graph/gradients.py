@@ -15,7 +15,7 @@ from functools import lru_cache
 from tofu.graph.ir import LOSS_OPS
 
 ZERO_GRADIENT_OPS = frozenset({
-    "BlockGrad", "stop_gradient", "zeros_like", "ones_like", "one_hot", "argmax", "argmin", "argsort", "round",
+    "BlockGrad", "stop_gradient", "zeros_like", "ones_like", "_npi_full_like", "one_hot", "argmax", "argmin", "argsort", "round",
     "rint", "ceil", "floor", "fix", "trunc", "_npi_rint", "_npi_ceil", "_npi_floor", "_npi_fix", "_npi_trunc",
     "logical_not", "shape_array", "size_array", "_equal", "_not_equal",
     "_greater", "_greater_equal", "_lesser", "_lesser_equal", "_equal_scalar", "_not_equal_scalar",
