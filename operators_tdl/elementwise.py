@@ -19,7 +19,7 @@ Families (each op registered on its own, through a small factory per family):
   broadcast_power, broadcast_hypot, broadcast_mod, and the broadcast comparisons and logical ops;
 - others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, Cast, MakeLoss, make_loss, _zeros, _ones, _full
   (no inputs), _npi_full_like;
-- the numpy interface's names of the unary, scalar and broadcast kernels (``NUMPY_NAMES``).
+- the numpy interface's names of the unary, scalar, broadcast and fill kernels (``NUMPY_NAMES``).
 
 Comparisons and logical ops give 1.0 where they hold and 0.0 elsewhere, in the input's type (as MXNet's
 float kernels do); logical ops treat every non-zero value as true.
@@ -54,6 +54,7 @@ NUMPY_NAMES: dict[str, str] = {
     "broadcast_add": "_npi_add", "broadcast_sub": "_npi_subtract", "broadcast_mul": "_npi_multiply",
     "broadcast_div": "_npi_true_divide", "broadcast_maximum": "_npi_maximum", "broadcast_minimum": "_npi_minimum",
     "broadcast_power": "_npi_power", "broadcast_hypot": "_npi_hypot", "broadcast_mod": "_npi_mod",
+    "_zeros": "_npi_zeros", "_ones": "_npi_ones",
 }
 """Legacy op -> the numpy interface's name of its kernel (registered with it, as an alias)."""
 
@@ -530,7 +531,8 @@ def _fill_op(op: str, value: float) -> None:
     """Registers ``op``: an input-less tensor of the ``shape`` attribute filled with ``value``."""
     _register(op, lambda attrs: (lambda *i: value), f"out[i] = {value:g} for i in the attribute shape (no inputs).",
               inputs=(), attrs=FillAttrs,
-              cases=[Case(shapes=(), attrs={"shape": (3, 4)}), Case(shapes=(), attrs={"shape": (2, 3, 1)})])
+              cases=[Case(shapes=(), attrs={"shape": (3, 4)}), Case(shapes=(), attrs={"shape": (2, 3, 1)})],
+              aliases=_numpy_names(op))
 
 
 _fill_op("_zeros", 0.0)
