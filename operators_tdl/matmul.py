@@ -1,6 +1,6 @@
 """TDL descriptions of the matrix-product family: FullyConnected, dot, batch_dot, and the interleaved attention
 products of MXNet's contrib (``_contrib_interleaved_matmul_{selfatt,encdec}_{qk,valatt}``), and the numpy
-interface's _npi_matmul and _np_dot.
+interface's _npi_matmul, _np_dot and _npi_einsum.
 
 Each is one sum over the contracted index. Inputs of any rank keep one index variable per dimension, so every
 access stays affine: FullyConnected with ``flatten=True`` contracts one variable per flattened input dimension
@@ -117,6 +117,61 @@ def np_dot(a: TensorVar, b: TensorVar, attrs: NoAttrs):
         raise TDLError(f"_np_dot: operands of {a.ndim} and {b.ndim} dimensions are not described (b of one or "
                        f"two, not both vectors)")
     return dot(a, b, DotAttrs())
+
+
+@dataclass(frozen=True)
+class EinsumAttrs:
+    num_args: int
+    subscripts: str = ""
+    optimize: int = 0
+
+
+def _einsum_letters(subscripts: str, data: Sequence[TensorVar]) -> tuple[list[str], str]:
+    """The operands' letters and the output's (numpy's implicit output: the letters met once, sorted)."""
+    if "." in subscripts:
+        raise TDLError("_npi_einsum: an ellipsis ('...') is not described")
+    spec = subscripts.replace(" ", "")
+    ins, arrow, out = spec.partition("->")
+    terms = ins.split(",")
+    if len(terms) != len(data):
+        raise TDLError(f"_npi_einsum: '{subscripts}' names {len(terms)} operands, {len(data)} given")
+    letters = "".join(terms)
+    if not arrow:
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    for term, x in zip(terms, data):
+        if len(term) != x.ndim or len(set(term)) != len(term):
+            raise TDLError(f"_npi_einsum: '{term}' does not name the {x.ndim} dimensions of an operand once each "
+                           f"(a diagonal is not described)")
+    if len(set(out)) != len(out) or not set(out) <= set(letters):
+        raise TDLError(f"_npi_einsum: the output '{out}' repeats a letter or names one no operand has")
+    return terms, out
+
+
+@tdl_op("_npi_einsum", inputs=("*data",), attrs=EinsumAttrs, cases=[
+    Case(shapes=((3, 4), (4, 5)), attrs={"num_args": 2, "subscripts": "ij,jk->ik"}),
+    Case(shapes=((2, 2, 3, 4), (2, 2, 5, 4)), attrs={"num_args": 2, "subscripts": "bhqd,bhkd->bhqk"}),
+    Case(shapes=((3, 4), (3, 4)), attrs={"num_args": 2, "subscripts": "ij,ij->i"}),
+    Case(shapes=((3,), (4,)), attrs={"num_args": 2, "subscripts": "i,j"}),            # implicit output: ij
+    Case(shapes=((2, 3, 4),), attrs={"num_args": 1, "subscripts": "abc->cab"}),
+    Case(shapes=((2, 3), (3, 4), (4, 2)), attrs={"num_args": 3, "subscripts": "ab,bc,cd->ad"}),
+])
+def np_einsum(data: tuple[TensorVar, ...], attrs: EinsumAttrs):
+    """out[o] = sum_k prod_n data_n[letters_n]  (the output's letters are o, the others k; no ellipsis, no
+    diagonal)."""
+    terms, out = _einsum_letters(attrs.subscripts, data)
+    summed = sorted({c for term in terms for c in term} - set(out))
+
+    def product(at: dict) -> ValueExpr:
+        value = None
+        for term, x in zip(terms, data):
+            read = x[tuple(at[c] for c in term)]
+            value = read if value is None else value * read
+        return value
+
+    if not summed:
+        return lambda *o: product(dict(zip(out, o)))
+    return lambda *o: Sum(nary([f"k_{c}" for c in summed], lambda ks: product({**dict(zip(out, o)),
+                                                                              **dict(zip(summed, ks))})))
 
 
 # ------------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """TDL descriptions of MXNet's reductions over axes: sum, mean, max, min, prod, nansum, nanprod, norm, moments,
 and the index reductions argmax, argmin, argmax_channel; the prefix sum _np_cumsum; the numpy interface's
-_np_sum, _npi_mean, _np_max, _np_min, _np_prod.
+_np_sum, _npi_mean, _np_max, _np_min, _np_prod, _npi_var, _npi_std.
 
 Each output element is one ``Sum``/``Max``/``Min``/``Prod`` over the reduced axes (a single reduction over all
 of them, so that splitting any reduced axis is one partition-n-reduce). Kept axes are read with the output's
@@ -160,6 +160,51 @@ def _numpy_reduce_op(op: str, reducer: Reducer, formula: str, *, mean: bool = Fa
 
 for _, _op, _reducer, _formula, _mean in REDUCTIONS:
     _numpy_reduce_op(_op, _reducer, _formula.replace("data", "a"), mean=_mean)
+
+
+@dataclass(frozen=True)
+class NumpyVarAttrs:
+    axis: tuple[int, ...] | None = None
+    keepdims: bool = False
+    ddof: int = 0
+    dtype: str | None = None
+
+
+def _numpy_var(op: str, a: TensorVar, attrs: NumpyVarAttrs, out_shapes) -> Callable[..., ValueExpr]:
+    """The variance of ``a`` over numpy's axes: sum_k (a[o, k] - mean[o])^2 / (|k| - ddof)."""
+    if attrs.dtype not in (None, "None", "float32"):
+        raise TDLError(f"{op}: dtype '{attrs.dtype}' is not described (float32 is)")
+    axes = tuple(range(a.ndim)) if attrs.axis is None else reduced_axes(a.ndim, attrs.axis, False, op) \
+        if attrs.axis else ()
+    if len(axes) == a.ndim and not attrs.keepdims:
+        raise TDLError(f"{op}: reducing every axis gives a 0-d (scalar) array, which is not described; "
+                       f"keepdims=True keeps the dimensions")
+    n = _count(a, axes)
+    if attrs.ddof >= n:
+        raise TDLError(f"{op}: ddof {attrs.ddof} leaves no degree of freedom over {n} elements")
+    total = reduction(a, axes, attrs.keepdims, Sum)
+    mean = compute("mean", out_shapes[0], lambda *o: total(*o) / n)
+    return lambda *o: reduction(a, axes, attrs.keepdims, Sum, lambda v: square(v - mean[o]))(*o) / (n - attrs.ddof)
+
+
+VAR_CASES = [
+    Case(shapes=((2, 3, 4),), attrs={"axis": 1}),
+    Case(shapes=((2, 3, 4),), attrs={"axis": (0, 2), "keepdims": True, "ddof": 1}),
+    Case(shapes=((3, 4),), attrs={"axis": -1}),
+]
+
+
+@tdl_op("_npi_var", inputs=("a",), attrs=NumpyVarAttrs, cases=VAR_CASES)
+def np_var(a: TensorVar, attrs: NumpyVarAttrs, *, out_shapes):
+    """out[o] = sum_k (a[o, k] - mean[o])^2 / (|k| - ddof), mean[o] = sum_k a[o, k] / |k|  (numpy's axes)."""
+    return _numpy_var("_npi_var", a, attrs, out_shapes)
+
+
+@tdl_op("_npi_std", inputs=("a",), attrs=NumpyVarAttrs, cases=VAR_CASES)
+def np_std(a: TensorVar, attrs: NumpyVarAttrs, *, out_shapes):
+    """out[o] = sqrt(_npi_var's out[o])."""
+    var = _numpy_var("_npi_std", a, attrs, out_shapes)
+    return lambda *o: sqrt(var(*o))
 
 
 @dataclass(frozen=True)

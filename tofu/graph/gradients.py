@@ -15,7 +15,7 @@ from functools import lru_cache
 from tofu.graph.ir import LOSS_OPS
 
 ZERO_GRADIENT_OPS = frozenset({
-    "BlockGrad", "stop_gradient", "zeros_like", "ones_like", "_npi_full_like", "one_hot", "argmax", "argmin", "argsort", "round",
+    "BlockGrad", "stop_gradient", "zeros_like", "ones_like", "_npi_full_like", "_npi_var", "_npi_std", "one_hot", "argmax", "argmin", "argsort", "round",
     "rint", "ceil", "floor", "fix", "trunc", "_npi_rint", "_npi_ceil", "_npi_floor", "_npi_fix", "_npi_trunc",
     "logical_not", "shape_array", "size_array", "_equal", "_not_equal",
     "_greater", "_greater_equal", "_lesser", "_lesser_equal", "_equal_scalar", "_not_equal_scalar",
@@ -29,7 +29,7 @@ ZERO_GRADIENT_OPS = frozenset({
 """Ops whose gradient to every input is MXNet's zero (their FGradient is ``MakeZeroGradNodes``: a ``zeros_like``
 node, not a backward): nothing they read gets a gradient through them (an index read by ``one_hot``, what
 ``BlockGrad`` stops, a comparison's operands, an input ``arange_like`` or a ``_like`` sampler reads for its
-shape)."""
+shape; and MXNet 1.9.1's numpy ``_npi_var`` and ``_npi_std``, which it does not differentiate)."""
 
 ZERO_GRADIENT_INPUTS = {"pick": frozenset({1}), "gather_nd": frozenset({1}), "broadcast_like": frozenset({1}),
                         "reshape_like": frozenset({1}), "where": frozenset({0})}
