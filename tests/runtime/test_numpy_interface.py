@@ -99,3 +99,26 @@ def test_a_numpy_scalar_result_is_refused_with_its_reason(capsys, tmp_path):
     rc, _, err = run(capsys, "plan", str(tmp_path / "total.json"), "--shape", "data=8,6", "--workers", "2")
     assert rc == 2
     assert "0-d" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_numpy_interface_export_loads_trains_and_saves_for_gluon(capsys, tmp_path):
+    """The export's .params (saved in numpy shape semantics, which MXNet loads in those only) start the run, and
+    what ``--save`` writes loads back into Gluon under numpy semantics: the trained values, not the initial."""
+    import numpy as np
+
+    from tofu.runtime.data import read_params
+
+    _export(_ConvNet, (8, 3, 8, 8), tmp_path / "net")
+    symbol, start, out = tmp_path / "net-symbol.json", tmp_path / "net-0000.params", tmp_path / "trained.params"
+    rc, _, err = run(capsys, "run", str(symbol), "--shape", "data=8,3,8,8", "--load", str(start), "--workers", "2",
+                     "--steps", "2", "--save", str(out))
+    assert rc == 0, err
+    with mx.util.np_shape(True), mx.util.np_array(True):
+        net = mx.gluon.SymbolBlock.imports(str(symbol), ["data"], str(out))
+        gluon = {p.name: p.data().asnumpy() for p in net.collect_params().values()}
+        assert net(mx.np.ones((8, 3, 8, 8))).shape == (8, 4)
+    saved = {k.split(":", 1)[1]: v.asnumpy() for k, v in read_params(out).items()}
+    initial = {k.split(":", 1)[1]: v.asnumpy() for k, v in read_params(start).items()}
+    assert set(gluon) == set(saved) == set(initial)
+    assert all(np.array_equal(gluon[k], saved[k]) for k in gluon)
+    assert any(not np.array_equal(saved[k], initial[k]) for k in saved)

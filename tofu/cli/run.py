@@ -123,7 +123,9 @@ def run(args) -> int:
             print(f"per-device memory is measured up to {MAX_PROFILED_DEVICES} CPU contexts (MXNet's profiler)")
         report = dataclasses.replace(report, per_device_peak_bytes=peaks)
     if args.save:
-        save_checkpoint(args.save, graph, report.final_values, plan)
+        from tofu.graph.mxnet_import import numpy_semantics
+
+        save_checkpoint(args.save, graph, report.final_values, plan, numpy_semantics(args.model))
     failed = report.check.failures(args.rtol) if report.check is not None else ()
     if args.json:
         doc = report.to_json()

@@ -56,6 +56,19 @@ def load_symbol_file(path: str | Path) -> mx.sym.Symbol:
         raise GraphImportError(f"MXNet cannot load '{path}': {first_line(e)}") from None
 
 
+def numpy_semantics(path: str | Path) -> bool:
+    """Whether a symbol file was written under MXNet's numpy semantics (``npx.set_np()``: its attributes say
+    ``is_np_shape``). Its ``.params`` files are saved in them, and MXNet loads a file only in the semantics it
+    was saved in: what tofu writes for such a model is saved in them too. False for what is not a symbol file."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    flag = doc.get("attrs", {}).get("is_np_shape") if isinstance(doc, dict) and isinstance(doc.get("attrs"), dict) \
+        else None
+    return isinstance(flag, list) and len(flag) == 2 and str(flag[1]) not in ("0", "False")
+
+
 def _check_document(doc: dict, path: str) -> None:
     """Every node well-formed, every input and head naming an earlier node and an output that node shows."""
     outputs: list[int] = []       # visible outputs of each node so far

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from tofu.graph.ir import Graph, Role
-from tofu.runtime.data import CheckpointError, checkpoint_arrays, load_checkpoint, write_params
+from tofu.runtime.data import CheckpointError, checkpoint_arrays, load_checkpoint, read_params, write_params
 
 
 @dataclass(frozen=True)
@@ -78,10 +78,8 @@ def load_training_state(path: str | Path, graph: Graph) -> TrainingState:
         CheckpointError: unreadable, not a checkpoint of this model, or a ``--save`` file without momentum and
             step (which can start a run with ``--load``, but not resume one).
     """
-    import mxnet as mx
-
     values = load_checkpoint(path, graph)          # every parameter and auxiliary state, shapes checked
-    loaded = mx.nd.load(str(path))
+    loaded = read_params(path)
     if "tofu:step" not in loaded:
         raise CheckpointError(f"'{path}' has parameters but no optimizer state and step (a --save file?): "
                               f"start from it with --load, or resume from a --checkpoint file")

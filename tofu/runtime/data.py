@@ -302,20 +302,23 @@ def head_loss(op: str, attrs: Mapping, out: np.ndarray, label: np.ndarray) -> fl
     raise ValueError(f"no loss formula for {op}")
 
 
-def save_checkpoint(path: str | Path, graph: Graph, values: Mapping[str, np.ndarray], plan=None) -> None:
+def save_checkpoint(path: str | Path, graph: Graph, values: Mapping[str, np.ndarray], plan=None,
+                    numpy_shapes: bool = False) -> None:
     """Writes the parameters and auxiliary states of ``graph`` (whole tensors) to ``path``, in MXNet's format,
     atomically (:func:`write_params`); with ``plan``, the plan beside it.
 
     Raises:
         CheckpointError: the file cannot be written (nothing at ``path`` has changed then).
     """
-    write_params(path, checkpoint_arrays(graph, values), plan)
+    write_params(path, checkpoint_arrays(graph, values), plan, numpy_shapes)
 
 
-def write_params(path: str | Path, arrays: Mapping, plan=None) -> None:
+def write_params(path: str | Path, arrays: Mapping, plan=None, numpy_shapes: bool = False) -> None:
     """Writes MXNet ``arrays`` to ``path`` and ``plan`` to ``NAME.plan.json`` beside it, each atomically: a
     temporary file in the same directory, flushed to the disk, then renamed over the target (a reader sees the
-    old file or the new one; a failure leaves no temporary file behind).
+    old file or the new one; a failure leaves no temporary file behind). ``numpy_shapes``: saved in MXNet's numpy
+    shape semantics, the only ones a model of the numpy interface loads them in
+    (:func:`tofu.graph.mxnet_import.numpy_semantics`).
 
     Raises:
         CheckpointError: a file cannot be written.
@@ -327,7 +330,8 @@ def write_params(path: str | Path, arrays: Mapping, plan=None) -> None:
         raise CheckpointError(f"cannot write checkpoint '{path}': no directory '{path.parent}'")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        mx.nd.save(str(tmp), dict(arrays))
+        with mx.util.np_shape(numpy_shapes):
+            mx.nd.save(str(tmp), dict(arrays))
         _sync(tmp)
         os.replace(tmp, path)
         if plan is not None:
@@ -359,6 +363,28 @@ def plan_path(path: str | Path) -> Path:
     return path.with_name(path.stem + ".plan.json")
 
 
+def read_params(path: str | Path):
+    """The arrays of an MXNet ``.params`` file, saved in MXNet's legacy shape semantics or in its numpy
+    interface's (a Gluon ``export()`` under ``npx.set_np()``, which MXNet loads only in the semantics it was saved
+    in).
+
+    Raises:
+        CheckpointError: not a ``.params`` file.
+    """
+    import mxnet as mx
+
+    try:
+        return mx.nd.load(str(path))
+    except mx.base.MXNetError as e:
+        if "saved in np shape semantics" not in str(e):
+            raise CheckpointError(f"checkpoint '{path}' is not an MXNet .params file") from None
+    try:
+        with mx.util.np_shape(True):
+            return mx.nd.load(str(path))
+    except mx.base.MXNetError:
+        raise CheckpointError(f"checkpoint '{path}' is not an MXNet .params file") from None
+
+
 def load_checkpoint(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
     """Every parameter and auxiliary state of ``graph`` from an MXNet ``.params`` file (keys with or without
     MXNet's ``arg:`` / ``aux:`` prefixes).
@@ -366,15 +392,10 @@ def load_checkpoint(path: str | Path, graph: Graph) -> dict[str, np.ndarray]:
     Raises:
         CheckpointError: unreadable, or a tensor of the model is missing or has another shape.
     """
-    import mxnet as mx
-
     path = Path(path)
     if not path.is_file():
         raise CheckpointError(f"checkpoint '{path}' does not exist")
-    try:
-        loaded = mx.nd.load(str(path))
-    except mx.base.MXNetError:
-        raise CheckpointError(f"checkpoint '{path}' is not an MXNet .params file") from None
+    loaded = read_params(path)
     if not isinstance(loaded, dict):
         raise CheckpointError(f"checkpoint '{path}' holds unnamed arrays; MXNet parameter files name them")
     # MXNet's own loaders read arg: and aux: keys and unprefixed names; a training checkpoint's mom: and tofu:
