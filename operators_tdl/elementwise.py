@@ -55,6 +55,11 @@ NUMPY_NAMES: dict[str, str] = {
     "broadcast_div": "_npi_true_divide", "broadcast_maximum": "_npi_maximum", "broadcast_minimum": "_npi_minimum",
     "broadcast_power": "_npi_power", "broadcast_hypot": "_npi_hypot", "broadcast_mod": "_npi_mod",
     "_zeros": "_npi_zeros", "_ones": "_npi_ones",
+    # comparisons: numpy's give booleans (1 and 0 here, as MXNet's legacy ones give them in the input's type)
+    **{f"_{stem}_scalar": f"_npi_{stem.replace('lesser', 'less')}_scalar" for stem in
+       ("equal", "not_equal", "greater", "greater_equal", "lesser", "lesser_equal")},
+    **{f"broadcast_{stem}": f"_npi_{stem.replace('lesser', 'less')}" for stem in
+       ("equal", "not_equal", "greater", "greater_equal", "lesser", "lesser_equal")},
 }
 """Legacy op -> the numpy interface's name of its kernel (registered with it, as an alias)."""
 
@@ -443,6 +448,38 @@ def where_(condition: TensorVar, x: TensorVar, y: TensorVar, attrs: NoAttrs):
     if condition.ndim == 1 and x.ndim > 1:
         return lambda *i: where(condition[i[0]], x[i], y[i])
     return lambda *i: where(condition[i], x[i], y[i])
+
+
+@tdl_op("_npi_where", inputs=("condition", "x", "y"), cases=[
+    Case(shapes=((3, 4), (3, 4), (3, 4)), ints=((0, 3),)),
+    Case(shapes=((3, 1), (1, 4), (3, 4)), ints=((0, 2),)),         # numpy broadcasting
+])
+def np_where(condition: TensorVar, x: TensorVar, y: TensorVar, attrs: NoAttrs):
+    """out[i] = x[i] if condition[i] != 0 else y[i]  (the three broadcast as numpy's)."""
+    return lambda *i: where(broadcast_read(condition, i), broadcast_read(x, i), broadcast_read(y, i))
+
+
+@dataclass(frozen=True)
+class WhereScalarAttrs:
+    scalar: float = 0.0
+
+
+@tdl_op("_npi_where_lscalar", inputs=("condition", "x"), attrs=WhereScalarAttrs, cases=[
+    Case(shapes=((3, 4), (3, 4)), ints=((0, 3),), attrs={"scalar": 2.5}),
+    Case(shapes=((3, 1), (3, 4)), ints=((0, 2),), attrs={"scalar": -1.0}),
+])
+def np_where_lscalar(condition: TensorVar, x: TensorVar, attrs: WhereScalarAttrs):
+    """out[i] = scalar if condition[i] != 0 else x[i]  (numpy's where(c, s, x): the scalar on the left)."""
+    return lambda *i: where(broadcast_read(condition, i), attrs.scalar, broadcast_read(x, i))
+
+
+@tdl_op("_npi_where_rscalar", inputs=("condition", "y"), attrs=WhereScalarAttrs, cases=[
+    Case(shapes=((3, 4), (3, 4)), ints=((0, 3),), attrs={"scalar": 2.5}),
+    Case(shapes=((3, 1), (3, 4)), ints=((0, 2),), attrs={"scalar": -1.0}),
+])
+def np_where_rscalar(condition: TensorVar, y: TensorVar, attrs: WhereScalarAttrs):
+    """out[i] = y[i] if condition[i] != 0 else scalar  (numpy's where(c, y, s): the scalar on the right)."""
+    return lambda *i: where(broadcast_read(condition, i), broadcast_read(y, i), attrs.scalar)
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,17 @@ ZERO_GRADIENT_OPS = frozenset({
     "broadcast_lesser_equal", "broadcast_logical_and", "broadcast_logical_or", "broadcast_logical_xor",
     "_contrib_arange_like", "_random_normal_like", "_random_uniform_like", "_random_exponential_like",
     "_random_gamma_like", "_random_poisson_like", "_random_negative_binomial_like",
-    "_random_generalized_negative_binomial_like"})
+    "_random_generalized_negative_binomial_like",
+    *(f"_npi_{stem}{suffix}" for stem in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
+      for suffix in ("", "_scalar"))})
 """Ops whose gradient to every input is MXNet's zero (their FGradient is ``MakeZeroGradNodes``: a ``zeros_like``
 node, not a backward): nothing they read gets a gradient through them (an index read by ``one_hot``, what
 ``BlockGrad`` stops, a comparison's operands, an input ``arange_like`` or a ``_like`` sampler reads for its
 shape; and MXNet 1.9.1's numpy ``_npi_var`` and ``_npi_std``, which it does not differentiate)."""
 
 ZERO_GRADIENT_INPUTS = {"pick": frozenset({1}), "gather_nd": frozenset({1}), "broadcast_like": frozenset({1}),
-                        "reshape_like": frozenset({1}), "where": frozenset({0})}
+                        "reshape_like": frozenset({1}), "where": frozenset({0}), "_npi_where": frozenset({0}),
+                        "_npi_where_lscalar": frozenset({0}), "_npi_where_rscalar": frozenset({0})}
 """Ops whose gradient to some of their inputs (by position) is MXNet's zero: an index, a condition, an input
 read for its shape."""
 
@@ -41,6 +44,7 @@ RUNS_ON_ZEROS = frozenset({
     "SwapAxis", "swapaxes", "_npi_swapaxes", "Crop", "FullyConnected", "Convolution", "Deconvolution", "batch_dot", "Activation",
     "LeakyReLU", "Dropout", "Pooling", "UpSampling", "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm",
     "L2Normalization", "LRN", "SequenceLast", "SequenceMask", "SequenceReverse", "gather_nd", "moments", "where",
+    "_npi_where", "_npi_where_lscalar", "_npi_where_rscalar",
     "CTCLoss", "ctc_loss", "_contrib_CTCLoss", "_contrib_ctc_loss", "BilinearSampler", "GridGenerator",
     "SpatialTransformer", "_linalg_det", "_linalg_slogdet", "_linalg_potri", "_linalg_trsm", "ROIPooling",
     "_contrib_ROIAlign", "_contrib_PSROIPooling", "Correlation", "_contrib_DeformableConvolution",
