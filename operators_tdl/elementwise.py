@@ -483,6 +483,21 @@ def np_where_rscalar(condition: TensorVar, y: TensorVar, attrs: WhereScalarAttrs
 
 
 @dataclass(frozen=True)
+class AroundAttrs:
+    decimals: int = 0
+
+
+@tdl_op("_npi_around", inputs=("x",), attrs=AroundAttrs, cases=[
+    Case(shapes=((3, 4),), uniform=((0, -20.0, 20.0),)),
+    Case(shapes=((2, 3, 5),), attrs={"decimals": 1}),
+])
+def around(x: TensorVar, attrs: AroundAttrs):
+    """out[i] = rint(x[i] * 10^decimals) / 10^decimals  (halves to the even neighbour, as numpy's around)."""
+    scale = 10.0 ** attrs.decimals
+    return lambda *i: rint(x[i] * scale) / scale
+
+
+@dataclass(frozen=True)
 class HardSigmoidAttrs:
     alpha: float = 0.2
     beta: float = 0.5

@@ -1,8 +1,9 @@
 """TDL descriptions of the range family: tensors whose values are their own index.
 
-``_arange`` (``mx.sym.arange``; ``_npi_arange``, the numpy interface's, without ``repeat``): the value is an affine function of the (repeated) position, so a split of
-the output needs no input and no exchange; models use it for positions and causal masks. ``_linspace`` and
-``_eye`` likewise; ``_contrib_arange_like`` takes its extents from an input's shape.
+``_arange`` (``mx.sym.arange``; ``_npi_arange``, the numpy interface's, without ``repeat``): the value is an
+affine function of the (repeated) position, so a split of the output needs no input and no exchange; models use it
+for positions and causal masks. ``_linspace`` and
+``_eye`` (``_npi_eye``) likewise; ``_contrib_arange_like`` takes its extents from an input's shape.
 """
 from __future__ import annotations
 
@@ -65,12 +66,12 @@ def linspace(attrs: LinspaceAttrs):
 @dataclass(frozen=True)
 class EyeAttrs:
     N: int
-    M: int = 0
+    M: int | None = 0               # None: the numpy interface's N x N
     k: int = 0
     dtype: str = "float32"
 
 
-@tdl_op("_eye", inputs=(), attrs=EyeAttrs, cases=[
+@tdl_op("_eye", inputs=(), attrs=EyeAttrs, aliases=("_npi_eye",), cases=[
     Case(shapes=(), attrs={"N": 4}),
     Case(shapes=(), attrs={"N": 3, "M": 5, "k": 1}),
     Case(shapes=(), attrs={"N": 5, "M": 4, "k": -2}),

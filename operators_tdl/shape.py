@@ -3,12 +3,12 @@
 Ops: Reshape, Flatten, transpose, SwapAxis, Concat, SliceChannel, _split_v2, slice_axis, slice, expand_dims, squeeze,
 stack, tile, repeat, broadcast_to, broadcast_axis, broadcast_like, reshape_like, slice_like, reverse,
 depth_to_space, space_to_depth, diag; and the numpy interface's (``npx.set_np()``): _np_reshape, _npx_reshape,
-_np_transpose, _npi_concatenate, _np_squeeze, _npi_broadcast_to, _np_moveaxis, and under the legacy op's
-description _npi_stack, _npi_swapaxes, _npi_expand_dims, _npi_flip. Each output element reads one input element; wherever a dimension maps
-onto a dimension, it is indexed directly (affine), and only dimensions whose extents are regrouped (Reshape's
-merged or split dims, tile, repeat, the block moves) use ``//`` and ``%``. The ``*_like`` ops take only the
-shape of their second input; its elements are declared read (``uses``) along the axes it sizes, so that a
-worker's shard of it gives MXNet's kernel the shard's extents.
+_np_transpose, _npi_concatenate, _np_squeeze, _npi_broadcast_to, _np_moveaxis, _np_roll, _np_diag, _npi_tril,
+and under the legacy op's description _npi_stack, _npi_swapaxes, _npi_expand_dims, _npi_flip. Each output element
+reads one input element; wherever a dimension maps onto a dimension, it is indexed directly (affine), and only
+dimensions whose extents are regrouped (Reshape's merged or split dims, tile, repeat, the block moves) use ``//``
+and ``%``. The ``*_like`` ops take only the shape of their second input; its elements are declared read
+(``uses``) along the axes it sizes, so that a worker's shard of it gives MXNet's kernel the shard's extents.
 """
 from __future__ import annotations
 
@@ -649,3 +649,62 @@ def np_moveaxis(a: TensorVar, attrs: MoveAxisAttrs) -> Callable:
     rest = iter(d for d in range(a.ndim) if d not in src)
     by_dst = dict(zip(dst, src))
     return _permuted(a, [by_dst[k] if k in by_dst else next(rest) for k in range(a.ndim)])
+
+
+@dataclass(frozen=True)
+class RollAttrs:
+    shift: tuple[int, ...] | None = None
+    axis: tuple[int, ...] | None = None
+
+
+@tdl_op("_np_roll", inputs=("data",), attrs=RollAttrs, cases=[
+    Case(shapes=((4, 3),), attrs={"shift": 1, "axis": 0}),
+    Case(shapes=((2, 3, 5),), attrs={"shift": (-2, 7), "axis": (2, 1)}),
+])
+def np_roll(data: TensorVar, attrs: RollAttrs) -> Callable:
+    """out[..., i, ...] = data[..., (i - shift) mod n, ...] along each listed axis (n its extent)."""
+    if attrs.axis is None or attrs.shift is None:
+        raise TDLError("_np_roll: a roll of the flattened array (no axis) is not described")
+    shifts = attrs.shift * len(attrs.axis) if len(attrs.shift) == 1 else attrs.shift
+    if len(shifts) != len(attrs.axis):
+        raise TDLError(f"_np_roll: {len(attrs.shift)} shifts for {len(attrs.axis)} axes")
+    total: dict[int, int] = {}
+    for a, k in zip(attrs.axis, shifts):
+        d = _axis(a, data.ndim, "_np_roll")
+        total[d] = (total.get(d, 0) + k) % data.shape[d]
+    return lambda *o: data[tuple((v + data.shape[d] - total[d]) % data.shape[d] if total.get(d) else v
+                                 for d, v in enumerate(o))]
+
+
+@dataclass(frozen=True)
+class NumpyDiagAttrs:
+    k: int = 0
+
+
+@tdl_op("_np_diag", inputs=("data",), attrs=NumpyDiagAttrs, cases=[
+    Case(shapes=((3, 5),)),
+    Case(shapes=((4, 3),), attrs={"k": -1}),
+    Case(shapes=((3,),), attrs={"k": 1}),
+])
+def np_diag(data: TensorVar, attrs: NumpyDiagAttrs) -> Callable:
+    """A matrix's diagonal k, or a vector put on diagonal k of a square matrix (numpy's diag)."""
+    if data.ndim > 2:
+        raise TDLError(f"_np_diag: data of {data.ndim} dimensions (numpy's diag takes one or two)")
+    return diag(data, DiagAttrs(k=attrs.k))
+
+
+@dataclass(frozen=True)
+class TrilAttrs:
+    k: int = 0
+
+
+@tdl_op("_npi_tril", inputs=("data",), attrs=TrilAttrs, cases=[
+    Case(shapes=((4, 4),)),
+    Case(shapes=((2, 3, 5),), attrs={"k": 1}),
+    Case(shapes=((5, 3),), attrs={"k": -2}),
+])
+def np_tril(data: TensorVar, attrs: TrilAttrs) -> Callable:
+    """out[..., i, j] = data[..., i, j] where j - i <= k, else 0  (the lower triangle of the last two axes)."""
+    if data.ndim < 2:
+        raise TDLError("_npi_tril: a vector (numpy broadcasts it to a matrix first) is not described")
+    return lambda *o: where(le(IndexValue(o[-1] - o[-2]), attrs.k), data[o], 0.0)

@@ -12,7 +12,7 @@ from tests.test_cli import run
 
 class _Attention(mx.gluon.HybridBlock):
     """A transformer block as a user writes it on ``mx.np``: an arange position term, reshapes and transposes to
-    heads, einsum, softmax, matmul, a residual LayerNorm, a feed-forward, a leaky gate by comparisons and where
+    heads, einsum, tril, softmax, matmul, a residual LayerNorm, a feed-forward, a leaky gate by comparisons and where
     (numpy's booleans), then a mean, a sum and an exp pooled and concatenated."""
 
     def __init__(self):
@@ -27,7 +27,7 @@ class _Attention(mx.gluon.HybridBlock):
         x = x + F.np.arange(16).reshape(1, 1, 16) * 0.01                     # a position term
         heads = [f(x).reshape(4, 6, 2, -1).transpose(0, 2, 1, 3) for f in (self.q, self.k, self.v)]
         q, k, v = heads
-        a = F.npx.softmax(F.np.einsum("bhqd,bhkd->bhqk", q, k) / F.np.sqrt(8.0), axis=-1)
+        a = F.npx.softmax(F.np.tril(F.np.einsum("bhqd,bhkd->bhqk", q, k)) / F.np.sqrt(8.0), axis=-1)
         x = self.ln(x + self.o(F.np.matmul(a, v).transpose(0, 2, 1, 3).reshape(4, 6, -1)))
         x = x + self.ff2(self.ff(x))
         x = F.np.where(x > 0, x, 0.1 * x) * (x >= -1) + F.np.where(x < 1, 0.5, x)   # booleans, numpy's where
@@ -38,7 +38,7 @@ class _Attention(mx.gluon.HybridBlock):
 class _ConvNet(mx.gluon.HybridBlock):
     """A convolutional net with numpy arithmetic: square, sqrt, maximum, global mean and max pooling, stack,
     swapaxes, moveaxis, dot with a parameter, npx.reshape's special codes, expand_dims, squeeze, ones_like, flip,
-    std."""
+    std, eye, diag, roll, round."""
 
     def __init__(self):
         super().__init__()
@@ -53,6 +53,7 @@ class _ConvNet(mx.gluon.HybridBlock):
         s = F.np.moveaxis(F.np.swapaxes(F.np.stack([g, h.max(axis=3).sum(axis=2)], axis=1), 1, 2), 2, 0)
         d = F.npx.reshape(F.np.dot(s, w), (-2, -2, -6, 2, 3))              # (2, b, 2, 3)
         e = F.np.squeeze(F.np.expand_dims(d.sum(axis=0), 1), axis=1).reshape(-1, 6)
+        e = F.np.dot(e, F.np.eye(6) * 0.5 + 0.5) + F.np.diag(w) + F.np.round(F.np.roll(e, 1, axis=1), 1)
         return self.out(F.np.concatenate([F.np.tanh(e) / 3.0 - 0.5 * e + F.np.ones_like(e), F.np.flip(g, 1)], axis=1))
 
 
@@ -69,12 +70,14 @@ def _export(block, shape, path):
 
 
 @pytest.mark.parametrize("block,shape,numpy_ops", [
-    (_Attention, (4, 6, 16), {"_np_reshape", "_np_transpose", "_npi_einsum", "_npi_matmul", "_npi_true_divide_scalar", "_npi_add",
-                              "_npi_mean", "_np_sum", "_npi_exp", "_npi_concatenate", "_npi_tanh", "_npi_arange",
-                              "_npi_where", "_npi_where_lscalar", "_npi_greater_scalar", "_npi_multiply"}),
+    (_Attention, (4, 6, 16), {"_np_reshape", "_np_transpose", "_npi_einsum", "_npi_matmul", "_npi_tril",
+                              "_npi_true_divide_scalar", "_npi_add", "_npi_mean", "_np_sum", "_npi_exp",
+                              "_npi_concatenate", "_npi_tanh", "_npi_arange", "_npi_where", "_npi_where_lscalar",
+                              "_npi_greater_scalar", "_npi_multiply"}),
     (_ConvNet, (8, 3, 8, 8), {"_npi_sqrt", "_npi_square", "_npi_mean", "_np_max", "_npi_stack", "_np_moveaxis",
                               "_np_dot", "_npx_reshape", "_np_squeeze", "_npi_concatenate", "_npi_subtract",
-                              "_npi_full_like", "_npi_flip", "_npi_std"}),
+                              "_npi_full_like", "_npi_flip", "_npi_std", "_npi_eye", "_np_diag", "_np_roll",
+                              "_npi_around"}),
 ], ids=["attention", "convnet"])
 @pytest.mark.parametrize("workers,algo", [(2, "tofu"), (3, "tofu"), (4, "tofu"), (4, "data-parallel")])
 def test_a_numpy_interface_model_trains_equal_to_one_device(capsys, tmp_path, block, shape, numpy_ops, workers,

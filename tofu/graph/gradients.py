@@ -15,9 +15,8 @@ from functools import lru_cache
 from tofu.graph.ir import LOSS_OPS
 
 ZERO_GRADIENT_OPS = frozenset({
-    "BlockGrad", "stop_gradient", "zeros_like", "ones_like", "_npi_full_like", "_npi_var", "_npi_std", "one_hot", "argmax", "argmin", "argsort", "round",
-    "rint", "ceil", "floor", "fix", "trunc", "_npi_rint", "_npi_ceil", "_npi_floor", "_npi_fix", "_npi_trunc",
-    "logical_not", "shape_array", "size_array", "_equal", "_not_equal",
+    "BlockGrad", "stop_gradient", "zeros_like", "ones_like", "one_hot", "argmax", "argmin", "argsort", "round",
+    "rint", "ceil", "floor", "fix", "trunc", "logical_not", "shape_array", "size_array", "_equal", "_not_equal",
     "_greater", "_greater_equal", "_lesser", "_lesser_equal", "_equal_scalar", "_not_equal_scalar",
     "_greater_scalar", "_greater_equal_scalar", "_lesser_scalar", "_lesser_equal_scalar", "_logical_and",
     "_logical_or", "_logical_xor", "_logical_and_scalar", "_logical_or_scalar", "_logical_xor_scalar",
@@ -26,6 +25,10 @@ ZERO_GRADIENT_OPS = frozenset({
     "_contrib_arange_like", "_random_normal_like", "_random_uniform_like", "_random_exponential_like",
     "_random_gamma_like", "_random_poisson_like", "_random_negative_binomial_like",
     "_random_generalized_negative_binomial_like",
+    # the numpy interface's (npx.set_np): fills, var and std (MXNet 1.9.1 does not differentiate them), rounding,
+    # comparisons
+    "_npi_full_like", "_npi_var", "_npi_std", "_npi_rint", "_npi_ceil", "_npi_floor", "_npi_fix", "_npi_trunc",
+    "_npi_around",
     *(f"_npi_{stem}{suffix}" for stem in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
       for suffix in ("", "_scalar"))})
 """Ops whose gradient to every input is MXNet's zero (their FGradient is ``MakeZeroGradNodes``: a ``zeros_like``
@@ -41,7 +44,8 @@ read for its shape."""
 
 RUNS_ON_ZEROS = frozenset({
     "Concat", "concat", "_rnn_param_concat", "add_n", "ElementWiseSum", "SliceChannel", "split", "Pad", "pad",
-    "SwapAxis", "swapaxes", "_npi_swapaxes", "Crop", "FullyConnected", "Convolution", "Deconvolution", "batch_dot", "Activation",
+    "SwapAxis", "swapaxes", "_npi_swapaxes", "Crop", "FullyConnected", "Convolution", "Deconvolution", "batch_dot",
+    "Activation",
     "LeakyReLU", "Dropout", "Pooling", "UpSampling", "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm",
     "L2Normalization", "LRN", "SequenceLast", "SequenceMask", "SequenceReverse", "gather_nd", "moments", "where",
     "_npi_where", "_npi_where_lscalar", "_npi_where_rscalar",
