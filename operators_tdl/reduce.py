@@ -140,18 +140,24 @@ NUMPY_REDUCE_CASES = [
 ]
 
 
+def _numpy_axes(op: str, a: TensorVar, attrs) -> tuple[int, ...]:
+    """The axes a numpy reduction reduces (None: every axis; (): none), its described dtype and result rank
+    checked."""
+    if attrs.dtype not in (None, "None", "float32"):
+        raise TDLError(f"{op}: dtype '{attrs.dtype}' is not described (float32 is)")
+    axes = tuple(range(a.ndim)) if attrs.axis is None else reduced_axes(a.ndim, attrs.axis, False, op) \
+        if attrs.axis else ()
+    if len(axes) == a.ndim and not attrs.keepdims:
+        raise TDLError(f"{op}: reducing every axis gives a 0-d (scalar) array, which is not described; "
+                       f"keepdims=True keeps the dimensions")
+    return axes
+
+
 def _numpy_reduce_op(op: str, reducer: Reducer, formula: str, *, mean: bool = False) -> None:
     def build(a: TensorVar, attrs: NumpyReduceAttrs):
         if attrs.initial is not None:
             raise TDLError(f"{op}: the 'initial' attribute is not described")
-        if attrs.dtype not in (None, "None", "float32"):
-            raise TDLError(f"{op}: dtype '{attrs.dtype}' is not described (float32 is)")
-        axes = tuple(range(a.ndim)) if attrs.axis is None else reduced_axes(a.ndim, attrs.axis, False, op) \
-            if attrs.axis else ()
-        if len(axes) == a.ndim and not attrs.keepdims:
-            raise TDLError(f"{op}: reducing every axis gives a 0-d (scalar) array, which is not described; "
-                           f"keepdims=True keeps the dimensions")
-        return _reduced(a, axes, attrs.keepdims, reducer, mean)
+        return _reduced(a, _numpy_axes(op, a, attrs), attrs.keepdims, reducer, mean)
 
     build.__name__ = build.__qualname__ = op
     build.__doc__ = f"out[o] = {formula} over the reduced axes k of a (numpy's axis and keepdims)."
@@ -172,13 +178,7 @@ class NumpyVarAttrs:
 
 def _numpy_var(op: str, a: TensorVar, attrs: NumpyVarAttrs, out_shapes) -> Callable[..., ValueExpr]:
     """The variance of ``a`` over numpy's axes: sum_k (a[o, k] - mean[o])^2 / (|k| - ddof)."""
-    if attrs.dtype not in (None, "None", "float32"):
-        raise TDLError(f"{op}: dtype '{attrs.dtype}' is not described (float32 is)")
-    axes = tuple(range(a.ndim)) if attrs.axis is None else reduced_axes(a.ndim, attrs.axis, False, op) \
-        if attrs.axis else ()
-    if len(axes) == a.ndim and not attrs.keepdims:
-        raise TDLError(f"{op}: reducing every axis gives a 0-d (scalar) array, which is not described; "
-                       f"keepdims=True keeps the dimensions")
+    axes = _numpy_axes(op, a, attrs)
     n = _count(a, axes)
     if attrs.ddof >= n:
         raise TDLError(f"{op}: ddof {attrs.ddof} leaves no degree of freedom over {n} elements")
