@@ -3,9 +3,9 @@
 Ops: Reshape, Flatten, transpose, SwapAxis, Concat, SliceChannel, _split_v2, slice_axis, slice, expand_dims, squeeze,
 stack, tile, repeat, broadcast_to, broadcast_axis, broadcast_like, reshape_like, slice_like, reverse,
 depth_to_space, space_to_depth, diag; and the numpy interface's (``npx.set_np()``): _np_reshape, _npx_reshape,
-_np_transpose, _npi_concatenate, _np_squeeze, _npi_broadcast_to, _np_moveaxis, _np_roll, _np_diag, _npi_tril,
-and under the legacy op's description _npi_stack, _npi_swapaxes, _npi_expand_dims, _npi_flip. Each output element
-reads one input element; wherever a dimension maps onto a dimension, it is indexed directly (affine), and only
+_np_transpose, _npi_concatenate, _npi_vstack, _np_squeeze, _npi_broadcast_to, _np_moveaxis, _np_roll, _np_diag,
+_npi_tril, and under the legacy op's description _npi_stack, _npi_swapaxes, _npi_expand_dims, _npi_flip. Each
+output element reads one input element; wherever a dimension maps onto a dimension, it is indexed directly (affine), and only
 dimensions whose extents are regrouped (Reshape's merged or split dims, tile, repeat, the block moves) use ``//``
 and ``%``. The ``*_like`` ops take only the shape of their second input; its elements are declared read
 (``uses``) along the axes it sizes, so that a worker's shard of it gives MXNet's kernel the shard's extents.
@@ -649,6 +649,20 @@ def np_moveaxis(a: TensorVar, attrs: MoveAxisAttrs) -> Callable:
     rest = iter(d for d in range(a.ndim) if d not in src)
     by_dst = dict(zip(dst, src))
     return _permuted(a, [by_dst[k] if k in by_dst else next(rest) for k in range(a.ndim)])
+
+
+@dataclass(frozen=True)
+class VStackAttrs:
+    num_args: int
+
+
+@tdl_op("_npi_vstack", inputs=("*data",), attrs=VStackAttrs, cases=[
+    Case(shapes=((2, 3), (1, 3)), attrs={"num_args": 2}),
+    Case(shapes=((3,), (3,), (3,)), attrs={"num_args": 3}),             # vectors: stacked as rows
+])
+def np_vstack(data: tuple[TensorVar, ...], attrs: VStackAttrs) -> Callable:
+    """out = the inputs concatenated along axis 0 (vectors stacked as the rows of a matrix)."""
+    return stack(data, StackAttrs(0)) if data[0].ndim == 1 else concat(data, ConcatAttrs(0))
 
 
 @dataclass(frozen=True)

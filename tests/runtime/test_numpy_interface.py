@@ -92,18 +92,25 @@ def test_a_numpy_interface_model_trains_equal_to_one_device(capsys, tmp_path, bl
     assert doc["measured_comm_bytes"] == doc["predicted_comm_bytes"]
 
 
-def test_a_numpy_scalar_result_is_refused_with_its_reason(capsys, tmp_path):
-    """numpy's 0-d arrays (a sum over every axis) are not described: one line, exit 2."""
-    x = mx.sym.var("data")
-    h = mx.sym.FullyConnected(x, num_hidden=4, name="fc")
+@pytest.mark.parametrize("op,attrs,inputs,says", [
+    ("_np_sum", {"axis": "None"}, 1, "_np_sum: a numpy operator's 0-d result"),
+    ("_npi_hstack", {"num_args": "2"}, 2, "_npi_hstack, an operator of MXNet's numpy interface that tofu does not"),
+    ("_npi_hstack", {"num_args": "2"}, -2, "_npi_hstack, an operator of MXNet's numpy interface that tofu does not"),
+], ids=["scalar-result", "undescribed", "undescribed-on-the-input"])
+def test_a_numpy_operator_tofu_cannot_take_is_named_with_its_reason(capsys, tmp_path, op, attrs, inputs, says):
+    """numpy's 0-d arrays (a sum over every axis) are not described, nor is every numpy operator (hstack, whose
+    shapes MXNet 1.x infers under numpy semantics only): one line naming the op and why, exit 2, not a shape
+    error that blames the input the user gave (``inputs`` < 0: the op reads the input itself, whose given shape
+    MXNet's legacy inference then contradicts)."""
+    h = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc")
     doc = json.loads(h.tojson())
-    doc["nodes"].append({"op": "_np_sum", "name": "total", "attrs": {"axis": "None"},
-                         "inputs": [[len(doc["nodes"]) - 1, 0, 0]]})
+    read = 0 if inputs < 0 else len(doc["nodes"]) - 1
+    doc["nodes"].append({"op": op, "name": "np_op", "attrs": attrs, "inputs": [[read, 0, 0]] * abs(inputs)})
     doc["heads"] = [[len(doc["nodes"]) - 1, 0, 0]]
-    (tmp_path / "total.json").write_text(json.dumps(doc))
-    rc, _, err = run(capsys, "plan", str(tmp_path / "total.json"), "--shape", "data=8,6", "--workers", "2")
+    (tmp_path / "model.json").write_text(json.dumps(doc))
+    rc, _, err = run(capsys, "plan", str(tmp_path / "model.json"), "--shape", "data=8,6", "--workers", "2")
     assert rc == 2
-    assert "0-d" in err and len(err.strip().splitlines()) == 1
+    assert says in err and "describ" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_numpy_interface_export_loads_trains_and_saves_for_gluon(capsys, tmp_path):

@@ -268,24 +268,36 @@ def _known_shapes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], dtype: str
         variables = set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
         if any(n in variables for n in missing):    # what the user can give: the variables, first, the inputs
             given = sorted((n for n in missing if n in variables), key=_looks_like_param)  # before the weights
-            missing = [f"{n} (a variable: give its shape)" for n in given] + [n for n in missing if n not in variables]
+            inferred = dict(zip(found.names, found.shapes))
+            missing = [f"{n} (given {_fmt_shapes({n: shapes[n]})[len(n) + 1:]}, which an op's shape inference "
+                       f"contradicts: {tuple(inferred[n])})" if n in shapes else f"{n} (a variable: give its shape)"
+                       for n in given] + [n for n in missing if n not in variables]
         hint = ""
         if any(math.prod(v) > MAX_EXTENT for v in shapes.values()):   # a flattened extent wraps to 0
             hint = " (an input has over 2^31-1 elements: MXNet 1.9.1 cannot index a flattened extent that large)"
-        scalar = _numpy_scalars(symbol, missing)
-        if scalar and not hint:
-            hint = (f" ({scalar}: a numpy operator's 0-d result, which MXNet 1.x's shapes leave unknown and tofu "
-                    f"does not describe; keep a dimension, e.g. keepdims=True)")
+        numpy = _numpy_outputs(symbol, missing)
+        if numpy and not hint:
+            hint = f" ({numpy})"
         raise InputShapeError(f"shapes given ({_fmt_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}{hint}")
     return found
 
 
-def _numpy_scalars(symbol: mx.sym.Symbol, missing: Sequence[str]) -> str | None:
-    """The first entry of ``missing`` that a numpy-interface op (``_np_*``, ``_npi_*``, ``_npx_*``) outputs, named
-    with its op, or None."""
+def _numpy_outputs(symbol: mx.sym.Symbol, missing: Sequence[str]) -> str | None:
+    """Why shapes are unknown to MXNet 1.x's legacy inference in a graph of numpy-interface ops (``_np_*``,
+    ``_npi_*``, ``_npx_*``), or None: one that tofu does not describe (MXNet may infer its shapes under numpy
+    semantics only, and its errors then reach other entries, the inputs too), or a 0-d result in ``missing``."""
+    from tofu import registry
+
     ops = {f"{n['name']}_output": n["op"] for n in json.loads(symbol.tojson())["nodes"]
            if n["op"].startswith(("_np_", "_npi_", "_npx_"))}
-    return next((f"{m} is the output of {ops[m]}" for m in missing if m in ops), None)
+    described = registry.load_builtin_operators()
+    undescribed = sorted({op for op in ops.values() if op not in described})
+    if undescribed:
+        return (f"the graph has {undescribed[0]}, an operator of MXNet's numpy interface that tofu does not "
+                f"describe")
+    return next((f"{m} is the output of {ops[m]}: a numpy operator's 0-d result, which MXNet 1.x's shapes leave "
+                 f"unknown and tofu does not describe; keep a dimension, e.g. keepdims=True"
+                 for m in missing if m in ops), None)
 
 
 def _unique_names(doc: dict, names: Sequence[str], shapes, types) -> dict | None:
