@@ -1,6 +1,6 @@
 """TDL descriptions of the matrix-product family: FullyConnected, dot, batch_dot, and the interleaved attention
 products of MXNet's contrib (``_contrib_interleaved_matmul_{selfatt,encdec}_{qk,valatt}``), and the numpy
-interface's _npi_matmul, _np_dot and _npi_einsum.
+interface's _npi_matmul, _np_dot, _npi_einsum and _npi_tensordot(_int_axes).
 
 Each is one sum over the contracted index. Inputs of any rank keep one index variable per dimension, so every
 access stays affine: FullyConnected with ``flatten=True`` contracts one variable per flattened input dimension
@@ -172,6 +172,67 @@ def np_einsum(data: tuple[TensorVar, ...], attrs: EinsumAttrs):
         return lambda *o: product(dict(zip(out, o)))
     return lambda *o: Sum(nary([f"k_{c}" for c in summed], lambda ks: product({**dict(zip(out, o)),
                                                                               **dict(zip(summed, ks))})))
+
+
+@dataclass(frozen=True)
+class TensordotIntAttrs:
+    axes: int = 2
+
+
+@dataclass(frozen=True)
+class TensordotAttrs:
+    a_axes_summed: tuple[int, ...]
+    b_axes_summed: tuple[int, ...]
+
+
+def _tensordot(op: str, a: TensorVar, b: TensorVar, a_sum: Sequence[int], b_sum: Sequence[int]):
+    """out[i.., j..] = sum_k a[i.. with k on a_sum] * b[j.. with k on b_sum]: a's free axes, then b's."""
+    if len(a_sum) != len(b_sum):
+        raise TDLError(f"{op}: {len(a_sum)} summed axes of a against {len(b_sum)} of b")
+    a_sum = [x % a.ndim for x in a_sum]
+    b_sum = [x % b.ndim for x in b_sum]
+    if any(a.shape[x] != b.shape[y] for x, y in zip(a_sum, b_sum)):
+        raise TDLError(f"{op}: summed axes of different extents")
+    a_free = [d for d in range(a.ndim) if d not in a_sum]
+    b_free = [d for d in range(b.ndim) if d not in b_sum]
+    if not a_free and not b_free:
+        raise TDLError(f"{op}: a 0-d (scalar) result is not described")
+
+    def read(x: TensorVar, free, summed, o, k):
+        idx: list = [0] * x.ndim
+        for d, v in zip(free, o):
+            idx[d] = v
+        for d, v in zip(summed, k):
+            idx[d] = v
+        return x[tuple(idx)]
+
+    def out(*o):
+        oa, ob = o[:len(a_free)], o[len(a_free):]
+        if not a_sum:
+            return read(a, a_free, a_sum, oa, ()) * read(b, b_free, b_sum, ob, ())
+        return Sum(nary([f"k{j}" for j in range(len(a_sum))],
+                        lambda k: read(a, a_free, a_sum, oa, k) * read(b, b_free, b_sum, ob, k)))
+    return out
+
+
+@tdl_op("_npi_tensordot_int_axes", inputs=("a", "b"), attrs=TensordotIntAttrs, cases=[
+    Case(shapes=((3, 4), (4, 5)), attrs={"axes": 1}),
+    Case(shapes=((2, 3, 4), (3, 4, 5)), attrs={"axes": 2}),
+    Case(shapes=((2, 3), (4,)), attrs={"axes": 0}),                      # an outer product
+])
+def np_tensordot_int_axes(a: TensorVar, b: TensorVar, attrs: TensordotIntAttrs):
+    """out[i.., j..] = sum_k a[i.., k..] * b[k.., j..]  (a's last ``axes`` axes against b's first)."""
+    n = attrs.axes
+    return _tensordot("_npi_tensordot_int_axes", a, b, list(range(a.ndim - n, a.ndim)), list(range(n)))
+
+
+@tdl_op("_npi_tensordot", inputs=("a", "b"), attrs=TensordotAttrs, cases=[
+    Case(shapes=((3, 4, 2), (4, 5, 3)), attrs={"a_axes_summed": (0, 1), "b_axes_summed": (2, 0)}),
+    Case(shapes=((2, 3), (3, 2)), attrs={"a_axes_summed": (1,), "b_axes_summed": (0,)}),
+])
+def np_tensordot(a: TensorVar, b: TensorVar, attrs: TensordotAttrs):
+    """out[i.., j..] = sum_k a[i.. with k on a_axes_summed] * b[j.. with k on b_axes_summed]."""
+    return _tensordot("_npi_tensordot", a, b, attrs.a_axes_summed, attrs.b_axes_summed)
 
 
 # ------------------------------------------------------------------------------------------------------------

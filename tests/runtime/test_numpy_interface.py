@@ -13,7 +13,7 @@ from tests.test_cli import run
 class _Attention(mx.gluon.HybridBlock):
     """A transformer block as a user writes it on ``mx.np``: an arange position term, reshapes and transposes to
     heads, einsum, tril, softmax, matmul, a residual LayerNorm, a feed-forward, a leaky gate by comparisons and where
-    (numpy's booleans), then a mean, a sum and an exp pooled and concatenated."""
+    (numpy's booleans), then a mean (and its tensordot), a sum and an exp pooled and concatenated."""
 
     def __init__(self):
         super().__init__()
@@ -32,13 +32,14 @@ class _Attention(mx.gluon.HybridBlock):
         x = x + self.ff2(self.ff(x))
         x = F.np.where(x > 0, x, 0.1 * x) * (x >= -1) + F.np.where(x < 1, 0.5, x)   # booleans, numpy's where
         m = x.mean(axis=1)
+        m = m + F.np.tensordot(m, F.np.ones((16, 16)) * 0.01, axes=1)
         return self.out(F.np.tanh(F.np.concatenate([m, F.np.exp(-m) * 0.1, x.sum(axis=1) - 1], axis=-1)))
 
 
 class _ConvNet(mx.gluon.HybridBlock):
     """A convolutional net with numpy arithmetic: square, sqrt, maximum, global mean and max pooling, stack,
     swapaxes, moveaxis, dot with a parameter, npx.reshape's special codes, expand_dims, squeeze, ones_like, flip,
-    std, eye, diag, roll, round."""
+    std, eye, diag, roll, round, tensordot."""
 
     def __init__(self):
         super().__init__()
@@ -54,6 +55,7 @@ class _ConvNet(mx.gluon.HybridBlock):
         d = F.npx.reshape(F.np.dot(s, w), (-2, -2, -6, 2, 3))              # (2, b, 2, 3)
         e = F.np.squeeze(F.np.expand_dims(d.sum(axis=0), 1), axis=1).reshape(-1, 6)
         e = F.np.dot(e, F.np.eye(6) * 0.5 + 0.5) + F.np.diag(w) + F.np.round(F.np.roll(e, 1, axis=1), 1)
+        e = e + 0.1 * F.np.tensordot(e, F.np.eye(6), axes=([1], [0]))
         return self.out(F.np.concatenate([F.np.tanh(e) / 3.0 - 0.5 * e + F.np.ones_like(e), F.np.flip(g, 1)], axis=1))
 
 
@@ -73,11 +75,11 @@ def _export(block, shape, path):
     (_Attention, (4, 6, 16), {"_np_reshape", "_np_transpose", "_npi_einsum", "_npi_matmul", "_npi_tril",
                               "_npi_true_divide_scalar", "_npi_add", "_npi_mean", "_np_sum", "_npi_exp",
                               "_npi_concatenate", "_npi_tanh", "_npi_arange", "_npi_where", "_npi_where_lscalar",
-                              "_npi_greater_scalar", "_npi_multiply"}),
+                              "_npi_greater_scalar", "_npi_multiply", "_npi_tensordot_int_axes", "_npi_ones"}),
     (_ConvNet, (8, 3, 8, 8), {"_npi_sqrt", "_npi_square", "_npi_mean", "_np_max", "_npi_stack", "_np_moveaxis",
                               "_np_dot", "_npx_reshape", "_np_squeeze", "_npi_concatenate", "_npi_subtract",
                               "_npi_full_like", "_npi_flip", "_npi_std", "_npi_eye", "_np_diag", "_np_roll",
-                              "_npi_around"}),
+                              "_npi_around", "_npi_tensordot"}),
 ], ids=["attention", "convnet"])
 @pytest.mark.parametrize("workers,algo", [(2, "tofu"), (3, "tofu"), (4, "tofu"), (4, "data-parallel")])
 def test_a_numpy_interface_model_trains_equal_to_one_device(capsys, tmp_path, block, shape, numpy_ops, workers,
