@@ -44,7 +44,7 @@ _UNARY_NUMPY = ("tanh", "exp", "log", "log1p", "expm1", "sqrt", "square", "recip
                 "degrees", "radians", "floor", "ceil", "rint", "fix", "trunc", "cbrt", "log2", "log10")
 NUMPY_NAMES: dict[str, str] = {
     **{op: f"_npi_{op}" for op in _UNARY_NUMPY},
-    "abs": "_npi_absolute", "relu": "_npx_relu", "sigmoid": "_npx_sigmoid", "_copy": "_np_copy",
+    "abs": "_npi_absolute", "logical_not": "_npi_logical_not", "relu": "_npx_relu", "sigmoid": "_npx_sigmoid", "_copy": "_np_copy",
     "_plus_scalar": "_npi_add_scalar", "_minus_scalar": "_npi_subtract_scalar",
     "_rminus_scalar": "_npi_rsubtract_scalar", "_mul_scalar": "_npi_multiply_scalar",
     "_div_scalar": "_npi_true_divide_scalar", "_rdiv_scalar": "_npi_rtrue_divide_scalar",

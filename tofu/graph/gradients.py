@@ -26,9 +26,9 @@ ZERO_GRADIENT_OPS = frozenset({
     "_random_gamma_like", "_random_poisson_like", "_random_negative_binomial_like",
     "_random_generalized_negative_binomial_like",
     # the numpy interface's (npx.set_np): fills, var and std (MXNet 1.9.1 does not differentiate them), rounding,
-    # comparisons
+    # logical_not, comparisons
     "_npi_full_like", "_npi_var", "_npi_std", "_npi_rint", "_npi_ceil", "_npi_floor", "_npi_fix", "_npi_trunc",
-    "_npi_around",
+    "_npi_around", "_npi_logical_not",
     *(f"_npi_{stem}{suffix}" for stem in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
       for suffix in ("", "_scalar"))})
 """Ops whose gradient to every input is MXNet's zero (their FGradient is ``MakeZeroGradNodes``: a ``zeros_like``
