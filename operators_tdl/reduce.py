@@ -1,6 +1,6 @@
 """TDL descriptions of MXNet's reductions over axes: sum, mean, max, min, prod, nansum, nanprod, norm, moments,
 and the index reductions argmax, argmin, argmax_channel; the prefix sum _np_cumsum; the numpy interface's
-_np_sum, _npi_mean, _np_max, _np_min, _np_prod, _npi_var, _npi_std.
+_np_sum, _npi_mean, _np_max, _np_min, _np_prod, _npi_var, _npi_std, _npi_norm.
 
 Each output element is one ``Sum``/``Max``/``Min``/``Prod`` over the reduced axes (a single reduction over all
 of them, so that splitting any reduced axis is one partition-n-reduce). Kept axes are read with the output's
@@ -229,6 +229,30 @@ def norm(data: TensorVar, attrs: NormAttrs):
         sum_sq = reduction(data, axes, attrs.keepdims, Sum, square)
         return lambda *o: sqrt(sum_sq(*o))
     raise TDLError(f"norm: ord={attrs.ord} is not supported by MXNet (only 1 and 2)")
+
+
+@dataclass(frozen=True)
+class NumpyNormAttrs:
+    ord: float = 2.0
+    axis: tuple[int, ...] | None = None
+    keepdims: bool = False
+    flag: int = 0
+
+
+@tdl_op("_npi_norm", inputs=("data",), attrs=NumpyNormAttrs, cases=[
+    Case(shapes=((3, 4),), attrs={"axis": (1,), "keepdims": True, "flag": 1}),       # np.linalg.norm(x, axis=1)
+    Case(shapes=((2, 3, 4),), attrs={"ord": 1.0, "axis": (1,)}),
+    Case(shapes=((3, 4),), attrs={"axis": (0,)}),
+])
+def np_norm(data: TensorVar, attrs: NumpyNormAttrs):
+    """out[o] = sqrt(sum_k data[o, k]^2) (ord 2) or sum_k |data[o, k]| (ord 1) over one axis k  (numpy's vector
+    norms; the matrix norms of two axes are not described)."""
+    if attrs.axis is None or len(attrs.axis) != 1:
+        raise TDLError("_npi_norm: only a vector norm along one axis is described (a matrix norm of two axes, or "
+                       "the norm of the flattened array, is not)")
+    if attrs.ord not in (1.0, 2.0):
+        raise TDLError(f"_npi_norm: ord {attrs.ord:g} is not described (1 and 2 are)")
+    return norm(data, NormAttrs(int(attrs.ord), attrs.axis, attrs.keepdims))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from tests.test_cli import run
 class _Attention(mx.gluon.HybridBlock):
     """A transformer block as a user writes it on ``mx.np``: an arange position term, reshapes and transposes to
     heads, einsum, tril, softmax, matmul, a residual LayerNorm, a feed-forward, a leaky gate by comparisons and where
-    (numpy's booleans), then a mean (and its tensordot), a sum and an exp pooled and concatenated."""
+    (numpy's booleans), then a mean (normalised, and its tensordot), a sum and an exp pooled and concatenated."""
 
     def __init__(self):
         super().__init__()
@@ -31,7 +31,7 @@ class _Attention(mx.gluon.HybridBlock):
         x = self.ln(x + self.o(F.np.matmul(a, v).transpose(0, 2, 1, 3).reshape(4, 6, -1)))
         x = x + self.ff2(self.ff(x))
         x = F.np.where(x > 0, x, 0.1 * x) * (x >= -1) + F.np.where(x < 1, 0.5, x)   # booleans, numpy's where
-        m = x.mean(axis=1)
+        m = x.mean(axis=1) / F.np.linalg.norm(x.mean(axis=1), axis=1, keepdims=True)
         m = m + F.np.tensordot(m, F.np.ones((16, 16)) * 0.01, axes=1)
         return self.out(F.np.tanh(F.np.concatenate([m, F.np.exp(-m) * 0.1, x.sum(axis=1) - 1], axis=-1)))
 
@@ -75,7 +75,8 @@ def _export(block, shape, path):
     (_Attention, (4, 6, 16), {"_np_reshape", "_np_transpose", "_npi_einsum", "_npi_matmul", "_npi_tril",
                               "_npi_true_divide_scalar", "_npi_add", "_npi_mean", "_np_sum", "_npi_exp",
                               "_npi_concatenate", "_npi_tanh", "_npi_arange", "_npi_where", "_npi_where_lscalar",
-                              "_npi_greater_scalar", "_npi_multiply", "_npi_tensordot_int_axes", "_npi_ones"}),
+                              "_npi_greater_scalar", "_npi_multiply", "_npi_tensordot_int_axes", "_npi_ones",
+                              "_npi_norm"}),
     (_ConvNet, (8, 3, 8, 8), {"_npi_sqrt", "_npi_square", "_npi_mean", "_np_max", "_npi_stack", "_np_moveaxis",
                               "_np_dot", "_npx_reshape", "_np_squeeze", "_npi_concatenate", "_npi_subtract",
                               "_npi_full_like", "_npi_flip", "_npi_std", "_npi_eye", "_np_diag", "_np_roll",

@@ -48,7 +48,7 @@ RUNS_ON_ZEROS = frozenset({
     "Activation",
     "LeakyReLU", "Dropout", "Pooling", "UpSampling", "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm",
     "L2Normalization", "LRN", "SequenceLast", "SequenceMask", "SequenceReverse", "gather_nd", "moments", "where",
-    "_npi_where", "_npi_where_lscalar", "_npi_where_rscalar",
+    "_npi_where", "_npi_where_lscalar", "_npi_where_rscalar", "_npi_norm",
     "CTCLoss", "ctc_loss", "_contrib_CTCLoss", "_contrib_ctc_loss", "BilinearSampler", "GridGenerator",
     "SpatialTransformer", "_linalg_det", "_linalg_slogdet", "_linalg_potri", "_linalg_trsm", "ROIPooling",
     "_contrib_ROIAlign", "_contrib_PSROIPooling", "Correlation", "_contrib_DeformableConvolution",
