@@ -112,7 +112,9 @@ def run_machine(model: str, global_batch: int | ModelOptions, workers: int, out_
     save_checkpoint(out / f"machine{machine}.tmp.params", whole, final)
     os.replace(out / f"machine{machine}.tmp.params", params)
     if machine == 0 and opts.save:
-        save_checkpoint(opts.save, whole, final, plan)
+        from tofu.graph.mxnet_import import numpy_semantics
+
+        save_checkpoint(opts.save, whole, final, plan, numpy_semantics(model))
     tmp = out / f"machine{machine}.tmp.json"
     tmp.write_text(json.dumps(report.to_json(), indent=1))
     os.replace(tmp, out / f"machine{machine}.json")
