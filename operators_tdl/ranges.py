@@ -34,8 +34,8 @@ def arange(attrs: ArangeAttrs):
 
 
 @tdl_op("_npi_arange", inputs=(), attrs=ArangeAttrs, cases=[
-    Case(shapes=(), attrs={"start": 0, "stop": 5}),
-    Case(shapes=(), attrs={"start": 2.5, "stop": 9, "step": 1.5}),
+    Case(shapes=(), attrs={"start": 0, "stop": 6}),
+    Case(shapes=(), attrs={"start": 2.5, "stop": 8.5, "step": 1.5}),
 ])
 def np_arange(attrs: ArangeAttrs):
     """out[i] = start + i * step  (no inputs; MXNet's numpy interface takes no ``repeat`` but 1)."""

@@ -658,8 +658,8 @@ class VStackAttrs:
 
 
 @tdl_op("_npi_vstack", inputs=("*data",), attrs=VStackAttrs, cases=[
-    Case(shapes=((2, 3), (1, 3)), attrs={"num_args": 2}),
-    Case(shapes=((3,), (3,), (3,)), attrs={"num_args": 3}),             # vectors: stacked as rows
+    Case(shapes=((2, 4), (1, 4)), attrs={"num_args": 2}),
+    Case(shapes=((4,), (4,), (4,)), attrs={"num_args": 3}),             # vectors: stacked as rows
 ])
 def np_vstack(data: tuple[TensorVar, ...], attrs: VStackAttrs) -> Callable:
     """out = the inputs concatenated along axis 0 (vectors stacked as the rows of a matrix)."""
