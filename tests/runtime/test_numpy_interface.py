@@ -137,3 +137,22 @@ def test_a_numpy_interface_export_loads_trains_and_saves_for_gluon(capsys, tmp_p
     assert set(gluon) == set(saved) == set(initial)
     assert all(np.array_equal(gluon[k], saved[k]) for k in gluon)
     assert any(not np.array_equal(saved[k], initial[k]) for k in saved)
+
+
+def test_a_numpy_operator_is_built_on_the_device_its_scope_names():
+    """The rewriter builds a numpy-interface op from JSON (its mx.sym function takes numpy symbols only): the node
+    reads the given inputs, carries its attributes and name, and is placed where the enclosing scope says, as a
+    symbol function's node is."""
+    from tofu.rewrite.apply_plan import _op_function
+    from tofu.rewrite.comm import scope
+
+    x, y = mx.sym.var("x"), mx.sym.var("y")
+    with scope(3):
+        built = _op_function("_npi_true_divide_scalar")(_op_function("_npi_add")(x, y, name="s"), name="q",
+                                                        scalar=2.0, is_int=False)
+    nodes = json.loads(built.tojson())["nodes"]
+    ops = {n["name"]: n for n in nodes}
+    assert ops["q"]["op"] == "_npi_true_divide_scalar" and ops["s"]["op"] == "_npi_add"
+    assert ops["q"]["attrs"]["scalar"] == "2.0" and ops["q"]["attrs"]["__ctx_group__"] == "dev3"
+    assert ops["s"]["attrs"]["__ctx_group__"] == "dev3"
+    assert [nodes[i]["name"] for i, _, _ in ops["s"]["inputs"]] == ["x", "y"]
