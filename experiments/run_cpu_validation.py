@@ -168,7 +168,8 @@ def step_rows(model: str, batch: int, workers: int, algos: Sequence[str], second
         base = {"level": "step", "model": model, "batch": batch, "workers": workers, "plan": algo}
         try:
             plan = plan_graph(graph, workers, algo)
-            trainer = Trainer(partitioned(graph, plan), values, "cpu", lr=1e-3)
+            trainer = Trainer(partitioned(graph, plan), values, "cpu", lr=1e-3,
+                              replicas=False)       # the graph tofu.sim.program models: routes, no replicas
             for _ in range(WARMUP_STEPS):
                 trainer.step()
             run = simulate_iteration(graph, plan, profile, from_symbol=True)

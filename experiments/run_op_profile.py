@@ -57,7 +57,7 @@ def profile_rows(model: str, batch: int, workers: int, algo: str, steps: int, ca
     os.environ["MXNET_EXEC_BULK_EXEC_TRAIN"] = "0"          # read at bind: every op its own event
     try:
         trainer = Trainer(partitioned(graph, plan), {**initial_values(graph), **synthetic_batch(graph)}, "cpu",
-                          lr=1e-3)
+                          lr=1e-3, replicas=False)      # the graph tofu.sim.program models: routes, no replicas
     finally:
         if saved is None:
             del os.environ["MXNET_EXEC_BULK_EXEC_TRAIN"]

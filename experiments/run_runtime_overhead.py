@@ -4,6 +4,7 @@ partitioned step's time goes, op class by op class (issue 23, item 5).
     python experiments/run_runtime_overhead.py [--models mlp,gpt-tiny,rnn-tiny,wresnet-tiny] [--workers 1,2,4]
                                                [--profile-workers 4] [--seconds 4] [--levels step,profile]
                                                [--tag overhead] [--out-dir results/runtime_overhead] [--quick]
+                                               [--routes]
 
 Level ``step``: for each model (at its batch, :data:`BATCHES`) and each k in ``--workers``, one process binds side
 by side (:class:`System`): the unpartitioned model on cpu(0) (``one-device``); tofu's runtime
@@ -14,9 +15,11 @@ Module, SGD with momentum through its local kvstore; ``forward_backward`` then `
 only ``one-device`` and ``module``. After ``WARMUP_STEPS`` steps each, their steps run round-robin, one of each in
 turn, for about ``--seconds`` (at least ``MIN_STEPS``), so that a shared machine's other jobs slow them alike;
 ``seconds`` is a system's median step, ``over_one_device`` and ``over_module`` its ratios to the other two of the
-same configuration. MXNet's Module normalises BatchNorm over each device's slice of the batch (local statistics),
-while tofu's plans compute the whole batch's (an all-reduce of the sums): not the same math on wresnet-tiny
-(``batchnorm`` column).
+same configuration. ``--routes`` also binds both plans without parameter replicas (``tofu-routes``,
+``data-parallel-routes``: ``Trainer(..., replicas=False)``, each parameter shard another device reads whole sent
+through the rewriter's route, :mod:`tofu.runtime.replicas`), in the same round-robin. MXNet's Module normalises
+BatchNorm over each device's slice of the batch (local statistics), while tofu's plans compute the whole batch's
+(an all-reduce of the sums): not the same math on wresnet-tiny (``batchnorm`` column).
 
 Level ``profile``: for each model at each k in ``--profile-workers``, one device and the ``tofu`` and
 ``data-parallel`` plans are bound with MXNet's bulk execution off (``MXNET_EXEC_BULK_EXEC_TRAIN=0``: a bulked
@@ -70,6 +73,19 @@ class System(enum.Enum):
     TOFU = "tofu"
     DATA_PARALLEL = "data-parallel"
     MODULE = "module"
+    TOFU_ROUTES = "tofu-routes"                     # the plan's graph bound as the rewriter builds it: each
+    DATA_PARALLEL_ROUTES = "data-parallel-routes"   # parameter read through a route, no replicas (--routes)
+
+    @property
+    def algo(self) -> str:
+        return self.value.removesuffix("-routes")
+
+    @property
+    def routes(self) -> bool:
+        return self.value.endswith("-routes")
+
+
+ROUTES = (System.TOFU_ROUTES, System.DATA_PARALLEL_ROUTES)
 
 
 class OpClass(enum.Enum):
@@ -79,7 +95,7 @@ class OpClass(enum.Enum):
     SLICE = "slice"
     CONCAT = "Concat"
     ADD_N = "add_n"               # the rewriter's reductions and MXNet's gradient sums alike
-    COPY = "copies"               # identity routes (_copy), MXNet's _CrossDeviceCopy (CopyCPU2CPU)
+    COPY = "copies"               # identity routes (_copy), MXNet's _CrossDeviceCopy (CopyCPU2CPU), replicas' (_copyto)
     FILL = "fill"
     UPDATE = "update"             # sgd_mom_update
     OTHER = "expansion and other"  # op types the one device never runs: BatchNorm's statistics exchange, ...
@@ -89,7 +105,7 @@ GLUE_OPS = {
     OpClass.SLICE: {"slice", "slice_axis", "_backward_slice", "_backward_slice_axis", "_slice_assign"},
     OpClass.CONCAT: {"Concat", "_backward_Concat"},
     OpClass.ADD_N: {"add_n", "ElementWiseSum", "_backward_add_n"},
-    OpClass.COPY: {"_copy", "_backward_copy", "_CrossDeviceCopy", "CopyCPU2CPU"},
+    OpClass.COPY: {"_copy", "_backward_copy", "_CrossDeviceCopy", "CopyCPU2CPU", "_copyto"},
     OpClass.FILL: {"_full", "_backward_full"},
     OpClass.UPDATE: {"sgd_mom_update", "sgd_update"},
 }
@@ -205,8 +221,9 @@ def bind_systems(model: str, batch: int, workers: int, systems: Sequence[System]
                 step, ops = runner.step, runner.forward_ops
             else:
                 pg = whole_graph(graph, reference_symbol(graph)) if system is System.ONE_DEVICE else \
-                    partitioned(graph, plan_graph(graph, workers, system.value))
-                trainer = Trainer(pg, {**values, **data}, "cpu", lr=LR, momentum=MOMENTUM)
+                    partitioned(graph, plan_graph(graph, workers, system.algo))
+                trainer = Trainer(pg, {**values, **data}, "cpu", lr=LR, momentum=MOMENTUM,
+                                  replicas=not system.routes)
                 step, ops = _trainer_step(trainer), _forward_ops(pg.symbol)
             for _ in range(WARMUP_STEPS):
                 step()
@@ -227,9 +244,12 @@ def _quartile(xs: Sequence[float], q: int) -> float:
     return statistics.quantiles(xs, n=4)[q - 1] if len(xs) > 1 else xs[0]
 
 
-def step_rows(model: str, batch: int, workers: int, seconds: float, min_steps: int = MIN_STEPS) -> list[dict]:
-    """One row per system of (model, batch, workers): its median step, and its ratios to one device and Module."""
-    systems = [System.ONE_DEVICE, System.MODULE] if workers == 1 else list(System)
+def step_rows(model: str, batch: int, workers: int, seconds: float, min_steps: int = MIN_STEPS,
+              routes: bool = False) -> list[dict]:
+    """One row per system of (model, batch, workers): its median step, and its ratios to one device and Module;
+    ``routes``: the two plans also bound without replicas (:data:`ROUTES`)."""
+    systems = [System.ONE_DEVICE, System.MODULE] if workers == 1 else \
+        [s for s in System if routes or s not in ROUTES]
     load = os.getloadavg()[0]
     bound, failed = bind_systems(model, batch, workers, systems)
     base = {"level": "step", "model": model, "batch": batch, "workers": workers,
@@ -355,6 +375,8 @@ def main(argv=None) -> int:
     p.add_argument("--tag", default="overhead")
     p.add_argument("--out-dir", type=Path, default=Path("results/runtime_overhead"))
     p.add_argument("--quick", action="store_true", help="mlp at batch 64, k = 1, 2; a short profile at k = 2")
+    p.add_argument("--routes", action="store_true",
+                   help="the step level also binds both plans without parameter replicas (tofu.runtime.replicas)")
     args = p.parse_args(argv)
     models = args.models.split(",")
     for m in models:
@@ -386,7 +408,7 @@ def main(argv=None) -> int:
                                                                         ("over_module", "/module"))
                          if isinstance(row.get(key), float))
         log(f"[{time.perf_counter() - started:6.1f} s] {row['level']:<7} {row['model']:<13} b={row['batch']:<5} "
-            f"k={row['workers']} {row['system']:<13} {row['status']:<5} "
+            f"k={row['workers']} {row['system']:<20} {row['status']:<5} "
             f"{row.get('seconds', float('nan')) * 1e3:9.3f} ms{ratios}  load {row['load']}"
             + (f"  {row['message']}" if row.get("message") else ""))
 
@@ -394,7 +416,7 @@ def main(argv=None) -> int:
     for model in models:
         if "step" in levels:
             for k in workers:
-                for row in step_rows(model, batches[model], k, args.seconds, min_steps):
+                for row in step_rows(model, batches[model], k, args.seconds, min_steps, args.routes):
                     record(row)
                 loads.append(os.getloadavg()[0])
         if "profile" in levels:

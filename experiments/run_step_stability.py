@@ -53,7 +53,8 @@ def case_row(model: str, batch: int, workers: int, plan_name: str, windows: int,
 
     graph = graph_of(model, batch, work_dir)
     plan = plan_graph(graph, workers, plan_name)
-    trainer = Trainer(partitioned(graph, plan), {**initial_values(graph), **synthetic_batch(graph)}, "cpu", lr=1e-3)
+    trainer = Trainer(partitioned(graph, plan), {**initial_values(graph), **synthetic_batch(graph)}, "cpu", lr=1e-3,
+                      replicas=False)       # the graph tofu.sim.program models: routes, no replicas
     predicted = simulate_iteration(graph, plan, profile, from_symbol=True).seconds
     for _ in range(WARMUP_STEPS):
         trainer.step()

@@ -52,7 +52,8 @@ def case(model: str, batch: int, workers: int, seconds: float, work_dir: Path, p
 
     graph = graph_of(model, batch, work_dir)
     plan = plan_graph(graph, workers, "tofu")
-    trainer = Trainer(partitioned(graph, plan), {**initial_values(graph), **synthetic_batch(graph)}, "cpu", lr=1e-3)
+    trainer = Trainer(partitioned(graph, plan), {**initial_values(graph), **synthetic_batch(graph)}, "cpu", lr=1e-3,
+                      replicas=False)       # the graph tofu.sim.program models: routes, one update per shard
     for _ in range(3):
         trainer.step()
     program = program_from_symbol(graph, plan)

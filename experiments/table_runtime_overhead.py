@@ -56,6 +56,31 @@ def render_steps(sources: Sequence[Rows]) -> str:
                            "MXNet Module (ms)", "load"], lines)
 
 
+def render_routes(sources: Sequence[Rows]) -> str:
+    """Per (model, batch, k) run with ``--routes``: each plan's median step with parameter replicas and with the
+    rewriter's routes (bound side by side in one process), their ratio, and Module's step."""
+    rows = _ok(sources, "step")
+    by = {(r["model"], int(r["batch"]), int(r["workers"]), r["system"]): float(r["seconds"]) for r in rows}
+    cases = unique(key[:3] for key in by if key[3].endswith("-routes"))
+
+    def pair(case, plan):
+        new, old = by.get((*case, plan)), by.get((*case, f"{plan}-routes"))
+        if new is None or old is None:
+            return "-"
+        return f"{new * 1e3:.3g} / {old * 1e3:.3g} (**{new / old:.2f}x**)"
+
+    def module(case, plan):
+        new, m = by.get((*case, plan)), by.get((*case, "module"))
+        return f"{new / m:.2f}x / {by[(*case, f'{plan}-routes')] / m:.2f}x" if new and m and \
+            (*case, f"{plan}-routes") in by else "-"
+
+    lines = [[c[0], str(c[1]), str(c[2]), pair(c, "tofu"), pair(c, "data-parallel"), module(c, "data-parallel"),
+              f"{by[(*c, 'module')] * 1e3:.3g}" if (*c, "module") in by else "-"] for c in cases]
+    return markdown_table(["model", "batch", "k", "tofu plan: replicas / routes (ms)",
+                           "data-parallel plan: replicas / routes (ms)", "data-parallel over Module: replicas / routes",
+                           "MXNet Module (ms)"], lines)
+
+
 def profile_summary(sources: Sequence[Rows]) -> dict[tuple, dict[str, dict[str, float]]]:
     """Per (model, batch, k, system): calls and seconds per step of each op class summed over devices, ``all ops``
     (their sum), ``busiest device`` (the largest time one device has an op running), ``any device`` (the time
@@ -111,7 +136,8 @@ def render_profile(sources: Sequence[Rows]) -> str:
                            "data-parallel plan: calls (share)"], lines)
 
 
-TABLES = {"runtime-overhead": DocTable(render_steps), "runtime-overhead-ops": DocTable(render_profile)}
+TABLES = {"runtime-overhead": DocTable(render_steps), "runtime-overhead-ops": DocTable(render_profile),
+          "runtime-overhead-routes": DocTable(render_routes)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -70,7 +70,7 @@ def _gradients(pg, values, dtype):
 
     mx.sym.Symbol.simple_bind = typed
     try:
-        trainer = Trainer(dataclasses.replace(pg, symbol=symbol), values)
+        trainer = Trainer(dataclasses.replace(pg, symbol=symbol), values, replicas=False)
     finally:
         mx.sym.Symbol.simple_bind = bind
     trainer.forward_backward()

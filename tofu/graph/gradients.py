@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
+from collections.abc import Callable, Sequence
 from functools import lru_cache
+from typing import Protocol
 
 from tofu.graph.ir import LOSS_OPS
 
@@ -97,6 +100,40 @@ def trained_parameters(graph) -> frozenset[int]:
             if gives_gradient(node.op, True, p, node.attrs) and not (p and node.op in LOSS_OPS):
                 reached.add(t)
     return frozenset(t for t in reached if graph.tensors[t].role is Role.PARAM)
+
+
+class DataflowOp(Protocol):
+    """What :func:`contributions` reads of an op: its name, and the ids of the values it reads and writes."""
+
+    op: str
+    inputs: Sequence[int]
+    outputs: Sequence[int]
+
+
+def contributions(ops: Sequence[DataflowOp], live: Sequence[int], needs: Sequence[bool],
+                  gives: Callable[[int, int, bool | None], bool]) -> tuple[Counter, dict[int, list[int]]]:
+    """Per value, how many gradient contributions MXNet's backward pass writes for it; per op, the input
+    positions its backward writes one for (none: the op has no backward). ``live``: the ops that run, in a
+    topological order; ``needs``: per value, whether it needs a gradient (a parameter, or computed from one);
+    ``gives(op index, position, arrives)``: the op's rule (:func:`gives_gradient`). An input gets a contribution
+    when it needs a gradient and the op gives it one for what arrives at the op's outputs: a contribution, only
+    zeros (every reader's gradient for it is MXNet's zero), or nothing. A value with no contribution has no
+    gradient: MXNet writes its zero, and no copy of it is sent back."""
+    count: Counter = Counter()
+    zeros: set[int] = set()
+    given: dict[int, list[int]] = {}
+    for i in reversed(live):
+        op = ops[i]
+        arrives = True if any(count[v] for v in op.outputs) else False if zeros & set(op.outputs) else None
+        for p, v in enumerate(op.inputs):
+            if not needs[v]:
+                continue
+            if gives(i, p, arrives):
+                count[v] += 1
+                given.setdefault(i, []).append(p)
+            elif arrives is not None or op.op in NO_GRADIENT_OPS or op.op in LOSS_OPS:
+                zeros.add(v)        # MXNet's zero: dropped from the sum, passed on where it alone arrives
+    return count, given
 
 
 def gives_gradient(op: str, arrives: bool | None, position: int | None = None, attrs=None) -> bool:

@@ -176,22 +176,20 @@ class KVStoreTrainer(Trainer):
         returns the graph outputs before the update."""
         if batch:
             self.feed(batch)
-        grads = [self.executor.grad_dict[k] for k in self.keys]
+        grads = [self._grads[k] for k in self.keys]
         start = time.perf_counter()
         with quiet():
             outs = self.executor.forward(is_train=True)
             self.executor.backward()
             if self.pg.machine_stats:
                 mx.nd.waitall()         # no statistic's push or pull (another thread's) overlaps the gradients'
+            self.exchange.reduce()      # the replicas' gradients summed into their shards (tofu.runtime.replicas)
             self.kvstore.push(self.keys, grads)
             self.kvstore.pull(self.keys, out=grads)
             self.pushed_bytes.append(_nbytes(grads) + self._stat_bytes[0])
             self.pulled_bytes.append(_nbytes(grads) + self._stat_bytes[1])
             self._stat_bytes[:] = [0, 0]
-            for v, g in zip(self.params, grads):
-                w = self.executor.arg_dict[v.name]
-                mx.nd.sgd_mom_update(w, g, self.moms[v.name], lr=self.lr, momentum=self.momentum,
-                                     rescale_grad=self.scale, out=w)
+            self._update(rescale_grad=self.scale)
             mx.nd.waitall()
             self.step_seconds.append(time.perf_counter() - start)
             return self._assemble([o.asnumpy() for o in outs])

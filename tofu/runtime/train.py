@@ -27,11 +27,13 @@ from dataclasses import dataclass
 
 import mxnet as mx
 import numpy as np
+from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 from tofu.errors import BindError
 from tofu.graph.ir import Graph, Role
 from tofu.graph.single_op import first_line
 from tofu.rewrite.apply_plan import HeadPiece, PartitionedGraph, ShardVar, gather_values, shard_values
+from tofu.runtime.replicas import Exchange, Shard, replicate
 
 _MXNET_LOG = re.compile(r"^\[\d\d:\d\d:\d\d\] \.\./(src|include)/")
 
@@ -127,49 +129,73 @@ class Trainer:
     """Training steps of a (partitioned) graph: SGD with momentum, each device updating its own shards.
 
     ``dtype``: the type every argument of the symbol is bound as, and its momentum's (float32, or float64 for a
-    symbol from :func:`float64_symbol`); values given in another type are converted as they are loaded."""
+    symbol from :func:`float64_symbol`); values given in another type are converted as they are loaded.
+    ``replicas``: a parameter shard read whole on another device is bound there as a replica, kept equal by an
+    exchange after the backward pass (:mod:`tofu.runtime.replicas`: the same bytes, fewer engine ops); False binds
+    the rewriter's symbol as it is (each such read an ``identity`` and MXNet's copies, forward and back)."""
 
     def __init__(self, pg: PartitionedGraph, values: Mapping[str, np.ndarray], ctx: str = "cpu",
-                 lr: float = 0.05, momentum: float = 0.9, dtype=np.float32):
+                 lr: float = 0.05, momentum: float = 0.9, dtype=np.float32, replicas: bool = True):
         self.pg, self.lr, self.momentum, self.dtype = pg, lr, momentum, np.dtype(dtype)
         self.contexts = contexts(pg.workers, ctx)
-        devices = {v.name: v.device for v in pg.variables}
-        aux = set(pg.symbol.list_auxiliary_states())
-        grad_req = {v.name: "write" if v.role is Role.PARAM else "null" for v in pg.variables if v.name not in aux}
+        attrs = pg.symbol.attr_dict()
+        declared = {n: a["__dtype__"] for n, a in attrs.items() if "__dtype__" in a}
+        integer = {n for n, flag in declared.items() if flag in _INTEGER_FLAGS}     # int32 lengths: kept
+        params = [v for v in pg.variables if v.role is Role.PARAM]
+        symbol, self.replicas = replicate(pg.symbol, {v.name: v.device for v in params if v.name not in integer}) \
+            if replicas and pg.workers > 1 else (pg.symbol, ())
+        self.symbol = symbol
+        arguments, aux = set(symbol.list_arguments()), set(symbol.list_auxiliary_states())
+        replicated = {r.of for r in self.replicas}
+        self.params = [v for v in params if v.name in arguments or v.name in replicated]
+
+        def dtype_of(name: str) -> np.dtype:    # as simple_bind types it: given, else declared, else float32
+            if self.dtype != np.float32:
+                return self.dtype
+            return np.dtype(_DTYPE_MX_TO_NP[int(declared[name])]) if name in declared else np.dtype(np.float32)
+        self.exchange = Exchange([Shard(v.name, v.device, v.shape, dtype_of(v.name)) for v in self.params
+                                  if replicas and v.name not in integer], self.replicas, arguments, self.contexts)
+        grad_req = {v.name: "write" if v.role is Role.PARAM else "null" for v in pg.variables if v.name in arguments}
+        grad_req.update({r.name: "write" if r.gradient else "null" for r in self.replicas})
         group2ctx = {f"dev{i}": c for i, c in enumerate(self.contexts)}
         if pg.workers == 1:             # one device: no groups to place (group2ctx on a symbol without context
             group2ctx = None            # groups makes MXNet segfault binding gather_nd)
-        integer = {n for n, a in pg.symbol.attr_dict().items()          # declared integer (int32 lengths): kept
-                   if a.get("__dtype__") in _INTEGER_FLAGS}
         types = {} if self.dtype == np.float32 else \
-            {"type_dict": {n: self.dtype for n in pg.symbol.list_arguments() if n not in integer}}
+            {"type_dict": {n: self.dtype for n in symbol.list_arguments() if n not in integer}}
+        shapes = {n: s for n, s in pg.shapes().items() if n in arguments or n in aux}
+        shapes.update({r.name: self.exchange.weights[r.of].shape for r in self.replicas})
         start = time.perf_counter()
         try:
             with quiet():
-                self.executor = pg.symbol.simple_bind(ctx=self.contexts[0], group2ctx=group2ctx, grad_req=grad_req,
-                                                      **types, **pg.shapes())
+                self.executor = symbol.simple_bind(ctx=self.contexts[0], group2ctx=group2ctx, grad_req=grad_req,
+                                                   shared_buffer=self.exchange.buffers(arguments), **types,
+                                                   **shapes)
         except (mx.base.MXNetError, RuntimeError) as e:     # simple_bind raises RuntimeError from MXNet's error
             cause = e if isinstance(e, mx.base.MXNetError) else e.__context__
             if not isinstance(cause, mx.base.MXNetError):
                 raise
             raise BindError(f"the graph on {pg.workers} context(s) in {self.dtype.name}", first_line(cause)) from None
         self.bind_seconds = time.perf_counter() - start
-        self.params = [v for v in pg.variables if v.role is Role.PARAM and v.name in self.executor.grad_dict]
+        self._weights = {v.name: self.exchange.weights[v.name] if v.name in self.exchange else
+                         self.executor.arg_dict[v.name] for v in self.params}
+        self._grads = {v.name: self.exchange.grads[v.name] if v.name in self.exchange else
+                       self.executor.grad_dict[v.name] for v in self.params}
+        self.moms = {v.name: self.exchange.moms[v.name] if v.name in self.exchange else
+                     mx.nd.zeros(v.shape, ctx=self.contexts[v.device], dtype=self.dtype) for v in self.params}
         self.load(values)
-        self.moms = {v.name: mx.nd.zeros(v.shape, ctx=self.contexts[devices[v.name]], dtype=self.dtype)
-                     for v in self.params}
         self.step_seconds: list[float] = []
 
     def load(self, values: Mapping[str, np.ndarray]) -> None:
         """Sets every variable (parameters, auxiliary states, data, labels) from the whole tensors, and the
         auxiliary states the partitioned graph adds (an expansion's constant statistics) to zero."""
-        arrays = {**self.executor.arg_dict, **self.executor.aux_dict}
+        arrays = {**self.executor.arg_dict, **self.executor.aux_dict, **self._weights}
         shards = shard_values(self.pg, values)
         for name, value in shards.items():
             arrays[name][:] = value
         for name, array in self.executor.aux_dict.items():
             if name not in shards:
                 array[:] = 0
+        self.exchange.broadcast()
 
     def feed(self, batch: Mapping[str, np.ndarray]) -> None:
         """Sets the data and labels (whole tensors by name) on every device."""
@@ -182,6 +208,7 @@ class Trainer:
         with quiet():
             outs = self.executor.forward(is_train=True)
             self.executor.backward()
+            self.exchange.reduce()
             return self._assemble([o.asnumpy() for o in outs])
 
     def outputs(self) -> dict[str, np.ndarray]:
@@ -196,6 +223,7 @@ class Trainer:
         with quiet():
             outs = self.executor.forward(is_train=True)
             self.executor.backward()
+            self.exchange.reduce()
             self._update()
             mx.nd.waitall()
             self.step_seconds.append(time.perf_counter() - start)
@@ -207,11 +235,15 @@ class Trainer:
         with quiet():
             self._update()
 
-    def _update(self) -> None:
+    def _update(self, rescale_grad: float = 1.0) -> None:
+        """Every shard updated on its device, then copied to its replicas."""
+        self.exchange.update(self.lr, self.momentum, rescale_grad)
         for v in self.params:
-            w = self.executor.arg_dict[v.name]
-            mx.nd.sgd_mom_update(w, self.executor.grad_dict[v.name], self.moms[v.name], lr=self.lr,
-                                 momentum=self.momentum, out=w)
+            if v.name not in self.exchange:
+                w = self._weights[v.name]
+                mx.nd.sgd_mom_update(w, self._grads[v.name], self.moms[v.name], lr=self.lr,
+                                     momentum=self.momentum, rescale_grad=rescale_grad, out=w)
+        self.exchange.broadcast()
 
     def _assemble(self, outs: Sequence[np.ndarray]) -> dict[str, np.ndarray]:
         full: dict[str, np.ndarray] = {}
@@ -226,12 +258,12 @@ class Trainer:
 
     def gradients(self) -> dict[str, np.ndarray]:
         """The whole gradient of every parameter, from its shards."""
-        return self._gather({v.name: self.executor.grad_dict[v.name].asnumpy() for v in self.params})
+        return self._gather({v.name: self._grads[v.name].asnumpy() for v in self.params})
 
     def parameters(self, roles: tuple[Role, ...] = (Role.PARAM,)) -> dict[str, np.ndarray]:
         """The whole value of every parameter (and with ``roles``, auxiliary state the graph reads), from its
         shards."""
-        arrays = {**self.executor.arg_dict, **self.executor.aux_dict}
+        arrays = {**self.executor.arg_dict, **self.executor.aux_dict, **self._weights}
         return self._gather({v.name: arrays[v.name].asnumpy() for v in self.pg.variables if v.role in roles})
 
     def momentum_values(self) -> dict[str, np.ndarray]:
@@ -250,8 +282,14 @@ class Trainer:
         return gather_values(self.pg, shards)
 
     def copies(self) -> tuple[Copy, ...]:
-        """Every cross-device copy of one forward and backward pass (see :func:`measure_copies`)."""
-        return measure_copies(self.executor)
+        """Every cross-device copy of one iteration: the bound executor's in one forward and backward pass (see
+        :func:`measure_copies`), then the replicas' exchange (:mod:`tofu.runtime.replicas`: each gradient sent
+        back and summed, each shard's weights sent to its replicas; no update between, so the weights stay)."""
+        found = measure_copies(self.executor)
+        with quiet():
+            self.exchange.reduce()
+            self.exchange.broadcast()
+        return found + tuple(Copy(s.name, s.shape, s.nbytes, s.backward) for s in self.exchange.sent)
 
 
 # --------------------------------------------------------------------------------------- copy counting

@@ -751,7 +751,8 @@ def _task_points(profile: Profile) -> tuple[TaskPoint, ...]:
         values = {**initial_values(graph), **synthetic_batch(graph)}
         for _, workers, plan_name in (c for c in configs if c[0] == depth):
             plan = plan_graph(graph, workers, plan_name)
-            trainer = Trainer(partitioned(graph, plan), values, "cpu", lr=1e-3)
+            trainer = Trainer(partitioned(graph, plan), values, "cpu", lr=1e-3,
+                              replicas=False)       # the graph the program models: routes, no replicas
             for _ in range(3):                          # warm-up
                 trainer.step()
             run = simulate_iteration(graph, plan, profile, from_symbol=True)

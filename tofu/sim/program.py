@@ -64,8 +64,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from tofu.errors import TofuError
-from tofu.graph.gradients import NO_GRADIENT_OPS as _NO_GRADIENT
-from tofu.graph.gradients import expansion_gradients, gives_gradient
+from tofu.graph.gradients import contributions, expansion_gradients, gives_gradient
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.sim.flops import OpClass
 from tofu.sim.glue import Dataflow, FlowOp, FlowValue, _device, _shapes, _work, dataflow_from_plan
@@ -372,7 +371,7 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
         tensor_of.update(zip(op.outputs, writes))
     # backward
     names = _gradient_names(graph)
-    expected, given = _contributions(flow, live, needs, _gives(graph, flow))
+    expected, given = contributions(flow.ops, live, needs, _gives(graph, flow))
     sums = _Sums(b, graph, values, expected, grad_sum_cap() if sum_cap is None else sum_cap)
     for i in reversed(live):
         op = ops[i]
@@ -447,29 +446,6 @@ def _gives(graph: Graph, flow: Dataflow) -> Callable[[int, int, bool | None], bo
         tensor = flow.values[op.inputs[p]].tensor
         return any(d for t, d in zip(node.inputs, differentiated) if t == tensor)
     return gives
-
-
-def _contributions(flow: Dataflow, live: Sequence[int], needs: Sequence[bool],
-                   gives: Callable[[int, int, bool | None], bool]) -> tuple[Counter, dict[int, list[int]]]:
-    """Per value, how many gradient contributions the backward pass will write for it; per op, the input
-    positions its backward writes one for (none: the op has no backward). An input gets one when it needs a
-    gradient and the op gives it one (``gives``) for what arrives at the op's outputs: a contribution, only
-    zeros (every reader's gradient for it is MXNet's zero), or nothing."""
-    count: Counter = Counter()
-    zeros: set[int] = set()
-    given: dict[int, list[int]] = {}
-    for i in reversed(live):
-        op = flow.ops[i]
-        arrives = True if any(count[v] for v in op.outputs) else False if zeros & set(op.outputs) else None
-        for p, v in enumerate(op.inputs):
-            if not needs[v]:
-                continue
-            if gives(i, p, arrives):
-                count[v] += 1
-                given.setdefault(i, []).append(p)
-            elif arrives is not None or op.op in _NO_GRADIENT or op.op in LOSS_OPS:
-                zeros.add(v)        # MXNet's zero: dropped from the sum, passed on where it alone arrives
-    return count, given
 
 
 class _Sums:
