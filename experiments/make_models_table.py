@@ -108,7 +108,9 @@ Each configuration for which the paper names Tofu's batch on 8 GPUs (WResNet-152
 RNN-10-8K at 128, the other RNNs at 256 or 512), planned by `tofu.api.load_plan(graph, 8, "tofu")` at that
 batch: the plan's worst device ("worst device", of which "fetched" is the remote regions it keeps for the
 backward pass, each once) against a 12 GiB K80 die less the {reserve:.1f} GiB reserve ({usable:.1f} GiB usable).
-"spare" is what is left of the usable memory ("-" where it does not fit).
+"spare" is what is left of the usable memory ("-" where it does not fit). "replicas" is what `tofu run`'s parameter
+replicas hold on a device besides (docs/runtime.md, "Parameter replicas"; not in "worst device": a run that must
+fit binds the graph without them, `--no-replicas`).
 
 """.format(reserve=RESERVE / GIB, usable=(GPU_BYTES - RESERVE) / GIB)
 
@@ -169,18 +171,19 @@ def paper_batch_rows() -> list[dict]:
             plan = load_plan(load_graph(name, ModelOptions(batch=batch)), WORKERS, "tofu")
             memory = dict(plan.per_device_bytes)
             rows.append({"model": name, "batch": batch, "total": memory["total"], "fetched": memory["fetched"],
-                         "fits": fits(memory, GPU_BYTES, RESERVE)})
+                         "fits": fits(memory, GPU_BYTES, RESERVE), "replicas": memory["replicas"]})
     return rows
 
 
 def render_paper_batches(rows: list[dict]) -> str:
     gib = lambda b: f"{b / GIB:.2f}"  # noqa: E731
     head = ["model", "paper's batch", "worst device GiB", "fetched GiB", "reserve GiB", "fits 12 GiB",
-            "spare GiB"]
+            "spare GiB", "replicas GiB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"`{r['model']}`", str(r["batch"]), gib(r["total"]), gib(r["fetched"]), gib(RESERVE),
-                 "yes" if r["fits"] else "no", gib(GPU_BYTES - RESERVE - r["total"]) if r["fits"] else "-"]
+                 "yes" if r["fits"] else "no", gib(GPU_BYTES - RESERVE - r["total"]) if r["fits"] else "-",
+                 gib(r["replicas"])]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

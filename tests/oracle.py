@@ -35,7 +35,10 @@ each worker needs and does not have:
   group's pieces of that tensor carry one (the channels of Concat(data, conv) from data carry none);
 * ``kept``: the forward part of the input receipts of ops that keep their inputs for the backward pass
   (the remote regions a device holds until then); ``kept_per_device``: the same per device, each remote cell
-  once (the runtime's one copy, read by every op there);
+  once (the runtime's one copy, read by every op there); ``replicas_per_device``: what the runtime's parameter
+  replicas (a remote cell that is all of another device's parameter shard) hold beyond that: the weight when
+  not kept already, and when its gradient is sent back that gradient on the reader, and on the owner one buffer
+  of the shard's size receiving them;
 * a constant (computed from nothing the model is fed, learns, keeps or draws, :func:`constants`) is computed
   by every device that reads it: never sent.
 
@@ -82,6 +85,7 @@ class Count:
     largest_buffer: int = 0       # worker 0's largest partial-sum or unconverted output piece, bytes
     kept_per_device: tuple[float, ...] = ()   # per device: forward bytes of the remote cells it receives for ops
     #                                           that keep their inputs, each cell once (one copy, read by all)
+    replicas_per_device: tuple[float, ...] = ()  # per device: what the runtime's parameter replicas hold beyond
 
 
 def _size(box: Box) -> int:
@@ -199,6 +203,7 @@ def count(graph: Graph, plan) -> Count:
     const = constants(graph)
     kept_device = [0.0] * k
     kept_cells: set = set()
+    replica_cells: dict = {}        # a remote cell that is all of a parameter shard: its owner
     # per tensor, the boxes computed and whether each depends on a variable with a gradient
     computed: dict[int, list[tuple[Box, bool]]] = {
         t.id: [(tuple((0, d) for d in t.shape), t.id in grads)] for t in graph.tensors if t.producer is None}
@@ -237,6 +242,10 @@ def count(graph: Graph, plan) -> Count:
                 sent.add((group, key))
         if cells is not None and runs:
             for cell in cells:
+                if graph.tensors[t].role is Role.PARAM:         # all of another device's shard: a replica
+                    whole = [u for u, b in held[t].items() if b == cell[2] and u != cell[1]]
+                    if whole:
+                        replica_cells[cell] = whole[0]
                 if keeps and cell not in kept_cells:
                     kept_cells.add(cell)
                     kept_device[cell[1]] += _size(cell[2]) * item[t]
@@ -308,8 +317,21 @@ def count(graph: Graph, plan) -> Count:
                     moved += need - own
                 # (``shared`` only to a holder whose piece MXNet reads: the runtime builds no other)
                 charge(t, moved, node=node.name, back=back, runs=w in needed[t])
+    # the runtime's replicas (tofu.runtime.replicas): the weight (unless kept already), and when it is sent back
+    # its gradient on the reader and the one buffer its owner receives the gradients in
+    replica_device = [0.0] * k
+    receiving = {}
+    for cell, owner in replica_cells.items():
+        nbytes = _size(cell[2]) * item[cell[0]]
+        back = ("back", cell) in sent
+        replica_device[cell[1]] += (0.0 if cell in kept_cells else nbytes) + (nbytes if back else 0.0)
+        if back:
+            receiving[(cell[0], cell[2])] = (owner, nbytes)
+    for owner, nbytes in receiving.values():
+        replica_device[owner] += nbytes
     return Count(sum(per_tensor.values()), shared_total,
-                 tuple(per_tensor.items()), tuple(per_edge.items()), kept_total, largest, tuple(kept_device))
+                 tuple(per_tensor.items()), tuple(per_edge.items()), kept_total, largest, tuple(kept_device),
+                 tuple(replica_device))
 
 
 def _running(graph: Graph, node, choices, factors, const: set[int]) -> tuple[list, list]:

@@ -105,3 +105,24 @@ def test_replicas_share_the_executors_memory():
     for r in replicated.replicas:
         assert float(ex.arg_dict[r.name].asnumpy().min()) == 7.0 == float(ex.arg_dict[r.name].asnumpy().max())
     assert all(float(ex.arg_dict[v.name].asnumpy().min()) == 7.0 for v in replicated.params)
+
+
+@pytest.mark.parametrize("model", ["mlp", "gpt-tiny"])
+def test_the_plans_replica_memory_is_what_the_exchange_allocates(model):
+    """Data parallelism on 4 workers, every weight read by ops that keep it for the backward pass (so the
+    replica's weight is the copy the plan counts as fetched already): the test oracle's count of what the
+    replicas hold beyond (tests/oracle.py, apart from tofu.search) is, device by device, the gradients of the
+    replicas there and the buffers receiving their shards' gradients that the runtime's exchange allocates."""
+    from tests.oracle import count
+
+    graph = load_graph(model, ModelOptions(batch=BATCH[model]))
+    plan = plan_graph(graph, 4, "data-parallel")
+    replicated, _ = _pair(graph, plan)
+    allocated = [0] * 4
+    for g in replicated.exchange.groups:
+        for d, a in g.replica_grad.items():
+            allocated[d] += a.size * 4
+        if g.received is not None:
+            allocated[g.device] += g.received.size * 4
+    assert allocated == pytest.approx(count(graph, plan).replicas_per_device)
+    assert dict(plan.per_device_bytes)["replicas"] == max(allocated)

@@ -167,14 +167,18 @@ def test_a_weight_read_by_two_ops_is_kept_once():
     """Data parallelism on 4 workers holds the weight whole on its owner (the only weight: the first device, as
     MXNet's device kvstore assigns it): each other device receives it whole and keeps its 4,096 bytes once,
     though two ops read it (the oracle's count); the worst device is the owner, with the weight, its gradient
-    and its momentum, and nothing fetched."""
+    and its momentum, and nothing fetched. The runtime binds the received weight as a replica, whose gradient
+    is resident too, and the owner receives the three gradients in turn in one buffer: 4,096 bytes more on
+    every device."""
     from tests.oracle import count
 
     graph = _shared_weight_graph()
     plan = plan_graph(graph, 4, "data-parallel")
     assert count(graph, plan).kept_per_device == pytest.approx([0, 4096, 4096, 4096])
+    assert count(graph, plan).replicas_per_device == pytest.approx([4096] * 4)
     memory = dict(plan.per_device_bytes)
     assert (memory["params"], memory["grads"], memory["optimizer"], memory["fetched"]) == (4096, 4096, 4096, 0)
+    assert memory["replicas"] == 4096
 
 
 def test_the_worst_device_is_reported_not_the_average():

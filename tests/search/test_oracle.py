@@ -54,6 +54,8 @@ def _check(model: str, k: int, algo: str, batch: int | None = None) -> None:
     totals = [o + got for o, got in zip(owned, c.kept_per_device)]
     worst = {int(c.kept_per_device[w]) for w in range(k) if totals[w] >= max(totals) - 16}
     assert dict(plan.per_device_bytes)["fetched"] in worst
+    # the runtime's parameter replicas, beyond: the most any device holds
+    assert dict(plan.per_device_bytes)["replicas"] == int(max(c.replicas_per_device, default=0))
     assert dict(plan.per_device_bytes)["transient"] == c.largest_buffer
 
 
@@ -125,6 +127,11 @@ def test_data_parallel_spreads_the_weights_owners_over_the_devices():
     assert sum(owned) == params and max(owned) <= params / 8 + max(t.nbytes for t in weights)
     kept = count(graph, plans["data-parallel"]).kept_per_device
     assert kept == pytest.approx([params - o for o in owned], rel=0.001)
+    # every other device's weights, kept for the backward pass, are replicas there with their gradients; the
+    # owner receives its weights' gradients from the 7 others in one buffer (tofu.runtime.replicas)
+    replicas = count(graph, plans["data-parallel"]).replicas_per_device
+    assert replicas == pytest.approx([(params - o) + o for o in owned], rel=0.001)
+    assert dp["replicas"] == pytest.approx(max(replicas), rel=0.001)
     worst = max(range(8), key=lambda w: 2 * owned[w] + kept[w])
     assert (dp["params"], dp["grads"], dp["optimizer"]) == pytest.approx((owned[worst],) * 3, rel=0.001)
     assert dp["fetched"] == pytest.approx(kept[worst], rel=0.001)

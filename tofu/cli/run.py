@@ -43,6 +43,10 @@ def add_parser(sub) -> None:
                         f"parameter updates that passes (default {DEFAULT_RTOL:g})")
     p.add_argument("--memory", action="store_true",
                    help="measure each device's peak memory over one step with MXNet's profiler (up to 4 CPU contexts)")
+    p.add_argument("--no-replicas", dest="replicas", action="store_false",
+                   help="bind the partitioned graph as the rewriter builds it: each parameter shard read whole on "
+                        "another device sent there through the graph, not held there as a replica (less memory: the "
+                        "plan's 'replicas' figure; slower)")
     p.add_argument("--save", metavar="CKPT.params", help="save the trained parameters (whole tensors)")
     p.add_argument("--load", metavar="CKPT.params", help="start from saved parameters")
     p.add_argument("--checkpoint", metavar="CKPT.params",
@@ -110,7 +114,8 @@ def run(args) -> int:
     try:
         report = train(graph, plan, pg, values, batch, args.steps,
                        reference_symbol(graph) if args.check else None, args.ctx, args.lr, args.momentum,
-                       progress, start=start, checkpoint=policy, dropout_off=dropout_off, rtol=args.rtol)
+                       progress, start=start, checkpoint=policy, dropout_off=dropout_off, rtol=args.rtol,
+                       replicas=args.replicas)
     except mx.base.MXNetError as e:      # a kernel or bind MXNet refuses at run time: one line, not its trace
         hint = ("; an input a kernel reads as integers only (softmax's length) is float32 unless the symbol "
                 "declares its type: mx.sym.var(NAME, dtype='int32')") if "only support integer types" in str(e) else ""
@@ -118,7 +123,7 @@ def run(args) -> int:
     if args.memory and args.ctx == "cpu":
         from tofu.runtime.memory import MAX_PROFILED_DEVICES, measure_device_peaks
 
-        peaks = measure_device_peaks(pg)
+        peaks = measure_device_peaks(pg, replicas=args.replicas)
         if peaks is None and terminal:
             print(f"per-device memory is measured up to {MAX_PROFILED_DEVICES} CPU contexts (MXNet's profiler)")
         report = dataclasses.replace(report, per_device_peak_bytes=peaks)
@@ -139,13 +144,15 @@ def run(args) -> int:
           f"the plan predicted {gb(report.predicted_comm_bytes)}")
     mem = report.predicted_per_device_bytes
     step = f"median step {report.median_step_seconds * 1e3:.1f} ms" if args.steps else "no step run (--steps 0)"
-    print(f"per-device memory (plan's model): {gb(mem.get('total', 0))}; {step}, bind {report.bind_seconds:.2f} s")
+    extra = f" + {gb(mem['replicas'])} for the parameter replicas" if args.replicas and mem.get("replicas") else ""
+    print(f"per-device memory (plan's model): {gb(mem.get('total', 0))}{extra}; {step}, "
+          f"bind {report.bind_seconds:.2f} s")
     if report.per_device_peak_bytes:
         from tofu.runtime.memory import estimated_device_peaks
 
         print("per-device peak memory (MXNet's profiler): " + ", ".join(gb(p) for p in report.per_device_peak_bytes))
         print("per-device estimate (the plan's, with every context's temporary space on cpu(0)): "
-              + ", ".join(gb(e) for e in estimated_device_peaks(mem, args.workers)))
+              + ", ".join(gb(e) for e in estimated_device_peaks(mem, args.workers, args.replicas)))
     if report.check is not None:
         c = report.check
         if c.dropout_off:

@@ -178,7 +178,9 @@ class _Flat:
         self.weight, self.grad = (f[self.device, dtype][begin:begin + size] for f in flats[:2])
         self.replica_weight = {d: mx.nd.zeros((size,), ctx=contexts[d], dtype=dtype) for d in self.devices}
         self.replica_grad = {d: mx.nd.zeros((size,), ctx=contexts[d], dtype=dtype) for d in self.gradients}
-        self.received = {d: mx.nd.zeros((size,), ctx=contexts[self.device], dtype=dtype) for d in self.gradients}
+        # one buffer on the shard's device receives the replicas' gradients in turn (a buffer per replica device
+        # would be k - 2 more copies of the group resident there)
+        self.received = mx.nd.zeros((size,), ctx=contexts[self.device], dtype=dtype) if self.gradients else None
         label = "+".join(s.name for s in group.shards)
         nbytes = size * np.dtype(dtype).itemsize
         self.sent = tuple(Sent(f"{label}>dev{d}", (size,), nbytes, True) for d in self.gradients) + \
@@ -245,18 +247,14 @@ class Exchange:
 
     def reduce(self) -> None:
         """Each replica's gradient copied to its shard's device and added to the shard's own (after ``backward``;
-        a shard its device does not read has only its replicas')."""
+        a shard its device does not read has only its replicas'), one replica after another through one buffer."""
         for g in self.groups:
-            if g.gradients:
-                for d in g.gradients:
-                    g.replica_grad[d].copyto(g.received[d])
-                received = list(g.received.values())
-                if g.local:             # the shard's own contributions, written by the backward pass
-                    mx.nd.add_n(g.grad, *received, out=g.grad)
-                elif len(received) > 1:
-                    mx.nd.add_n(*received, out=g.grad)
-                else:
-                    received[0].copyto(g.grad)
+            for i, d in enumerate(g.gradients):
+                if i == 0 and not g.local:      # the first is the shard's gradient
+                    g.replica_grad[d].copyto(g.grad)
+                    continue
+                g.replica_grad[d].copyto(g.received)
+                mx.nd.elemwise_add(g.grad, g.received, out=g.grad)
 
     def update(self, lr: float, momentum: float, rescale_grad: float = 1.0) -> None:
         """SGD with momentum on every shard: one ``sgd_mom_update`` per device's flat buffers."""

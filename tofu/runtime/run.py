@@ -285,7 +285,7 @@ def train(graph: Graph, plan: Plan, pg: PartitionedGraph, values: Mapping[str, n
           lr: float = 0.05, momentum: float = 0.9,
           progress: Callable[[int, float, float, float | None], None] | None = None, *,
           start: TrainingState | None = None, checkpoint: CheckpointPolicy | None = None,
-          dropout_off: tuple[str, ...] = (), rtol: float = DEFAULT_RTOL) -> RunReport:
+          dropout_off: tuple[str, ...] = (), rtol: float = DEFAULT_RTOL, replicas: bool = True) -> RunReport:
     """Training steps of ``pg`` on ``batch`` up to step number ``steps``; with ``reference_symbol`` (the
     unpartitioned model) the same steps on one device beside it, compared; a step whose float32 comparison
     exceeds ``rtol`` (the first step's outputs or gradients, a step's loss or parameter update) is run again on
@@ -303,7 +303,7 @@ def train(graph: Graph, plan: Plan, pg: PartitionedGraph, values: Mapping[str, n
     if start is not None:
         values, done = start.values, start.step
     values = {**values, **batch}
-    trainer = Trainer(pg, values, ctx, lr, momentum)
+    trainer = Trainer(pg, values, ctx, lr, momentum, replicas=replicas)
     reference = Trainer(whole_graph(graph, reference_symbol), values, "cpu", lr, momentum) \
         if reference_symbol is not None else None
     if start is not None:

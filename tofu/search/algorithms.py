@@ -310,7 +310,7 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                  for shape, d in zip(final, s.tensor_dims)]
     choices = [tuple(OpChoice.of(st, s.tensor_dims[n.outputs[0]]) for n, st in zip(graph.nodes, s.strategies))
                for s in steps]
-    costs, kept = _step_costs(graph, steps, choices, concurrent)
+    costs, kept, replicas = _step_costs(graph, steps, choices, concurrent)
     plan_steps = tuple(PlanStep(s.factor, s.groups, cost,
                                 tuple((t.name, d) for t, d in zip(graph.tensors, s.tensor_dims)),
                                 tuple((n.name, c) for n, c in zip(graph.nodes, step_choices)))
@@ -320,22 +320,23 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
     owned = owned_fractions(graph, [s.factor for s in steps], [tuple(s.tensor_dims[t.id] for s in steps)
                                                                 for t in graph.tensors])
     memory = per_device_memory(graph, final, owned, fetched=kept if len(kept) == workers else max(kept, default=0.0),
-                               transient=_largest_buffer(graph, steps, final))
+                               transient=_largest_buffer(graph, steps, final), replicas=replicas or ())
     return Plan(graph.name, workers, algo, plan_steps, float(sum(costs)), seconds,
                 tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))
 
 
-def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices,
-                concurrent: bool = False) -> tuple[list[float], tuple[float, ...] | None]:
+def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, concurrent: bool = False
+                ) -> tuple[list[float], tuple[float, ...] | None, tuple[float, ...] | None]:
     """Each step's d_j as the runtime moves it: what the first j cuts copy less what the first j - 1 copy
     (:mod:`tofu.search.copies`), and per device the forward bytes it receives and keeps for the backward pass
-    under all the cuts (each region once). The search's own costs, which charge every op for its pieces, are
-    the same but where ops on a device share a piece or MXNet runs no op that needs one; for a plan the runtime
-    cannot run (a search without the runnability check), they are kept, and the kept bytes are None.
+    under all the cuts (each region once), and what the runtime's parameter replicas hold beyond that. The
+    search's own costs, which charge every op for its pieces, are the same but where ops on a device share a
+    piece or MXNet runs no op that needs one; for a plan the runtime cannot run (a search without the
+    runnability check), they are kept, and the per-device bytes are None.
 
     The prefixes' counts (2 + 4 + ... + k/2 workers' calls: about as many as the last count's k) run in a
     forked process while the last is counted here, with ``concurrent`` and a core to spare."""
-    def count(j: int) -> tuple[float, tuple[float, ...]]:
+    def count(j: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
         return copies_and_kept(graph, [s.factor for s in steps[:j]],
                                [tuple(s.tensor_dims[t.id] for s in steps[:j]) for t in graph.tensors],
                                [tuple(c[n.id] for c in choices[:j]) for n in graph.nodes])
@@ -345,17 +346,17 @@ def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices,
         if concurrent and n > 1 and _fork_pays(graph) else None
     try:
         start = time.perf_counter()
-        total, kept = count(n) if n else (0.0, ())
+        total, kept, replicas = count(n) if n else (0.0, (), ())
         prefixes = child.values(timeout_s=max(5.0, 2 * (time.perf_counter() - start))) if child else None
         if prefixes is None:
             prefixes = [count(j)[0] for j in range(1, n)]
     except TofuError:
-        return [float(s.cost) for s in steps], None
+        return [float(s.cost) for s in steps], None, None
     finally:
         if child is not None:
             child.close()
     totals = [*prefixes, total][:n]
-    return [now - before for before, now in zip([0.0, *totals], totals)], kept
+    return [now - before for before, now in zip([0.0, *totals], totals)], kept, replicas
 
 
 def _largest_buffer(graph: Graph, steps: tuple[CutStep, ...], final) -> int:

@@ -68,12 +68,13 @@ def copied_bytes(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[i
 
 def copies_and_kept(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]],
                     choices: Sequence[Sequence[OpChoice]]) -> tuple[float, tuple[float, ...]]:
-    """:func:`copied_bytes`, and per device the forward bytes it receives for the inputs of ops that keep them
+    """:func:`copied_bytes`; per device the forward bytes it receives for the inputs of ops that keep them
     for the backward pass (:attr:`tofu.graph.memory.MemoryRule.keeps_inputs`): each region a device receives
-    counted once, however many ops there read it (they read one copy), as MXNet holds it until the backward."""
+    counted once, however many ops there read it (they read one copy), as MXNet holds it until the backward;
+    and per device what the runtime's parameter replicas hold beyond that (:meth:`_Replay.replicas_per_device`)."""
     replay = _Replay(graph, tuple(factors), dims, choices)
     total = replay.run()
-    return total, replay.kept_per_device()
+    return total, replay.kept_per_device(), replay.replicas_per_device()
 
 
 class _Replay:
@@ -95,6 +96,8 @@ class _Replay:
         self.grads = graph.with_gradient
         self.const = constant_tensors(graph)
         self.received: dict[int, tuple[int, float]] = {}   # per copied symbol: (destination, forward bytes)
+        self.params: dict[int, tuple[int, int]] = {}       # a parameter shard's symbol: (its elements, its tensor)
+        self.replicas: dict[int, tuple[int, int]] = {}     # a copy of a whole parameter shard: owner, shard
         self.kept: set[int] = set()                         # copied symbols an op keeps for the backward pass
         self.kept_live: set[int] = set()                   # the kept copies a graph output depends on (run)
         self.layouts: dict[int, tuple[list, int]] = {}       # id of a pieces list -> (the list, its layout)
@@ -149,6 +152,8 @@ class _Replay:
                 # a parameter's replicas read it from its owner
                 boxes = owners[t.id] if t.role is Role.PARAM else [(w, self.box(t.id, w)) for w in range(self.k)]
                 held[t.id] = [(w, b, (), self.symbol(needs=t.id in self.grads)) for w, b in boxes]
+                if t.role is Role.PARAM:
+                    self.params.update((h[3], (math.prod(hi - lo for lo, hi in h[1]), t.id)) for h in held[t.id])
         exchanges: list[tuple[list[int], float]] = []
         for node in graph.nodes:
             if node.outputs and node.outputs[0] in self.const:
@@ -211,6 +216,7 @@ class _Replay:
                     roots.append(s)
         live, reached = self.walk_back(roots)
         self.kept_live = {s for s in self.kept if live[s]}
+        self.replicas_live = {s: (owner, reached[s]) for s, owner in self.replicas.items() if live[s]}
         total = sum(self.nbytes[s] + (self.back[s] if reached[s] else 0.0) for s, on in enumerate(live) if on)
         return total + sum(nbytes for group, nbytes in exchanges if any(live[s] for s in group))
 
@@ -247,6 +253,23 @@ class _Replay:
             hit = self.received.get(s)
             if hit is not None:
                 out[hit[0]] += hit[1]
+        return tuple(out)
+
+    def replicas_per_device(self) -> tuple[float, ...]:
+        """Per device, what the runtime's parameter replicas hold beyond the copies :meth:`kept_per_device`
+        counts (:mod:`tofu.runtime.replicas`: a whole parameter shard a device reads from another is bound there,
+        resident): a replica's weight where no op keeps it for the backward pass, and when a gradient reaches it
+        its gradient there; on the owner of a shard whose replicas send gradients, one buffer of the shard's
+        size that receives them in turn (after :meth:`run`)."""
+        out = [0.0] * self.k
+        receiving: dict[int, tuple[int, float]] = {}
+        for s, ((owner, shard), gradient) in self.replicas_live.items():
+            dst, nbytes = self.received[s]
+            out[dst] += (0.0 if s in self.kept_live else nbytes) + (nbytes if gradient else 0.0)
+            if gradient:
+                receiving[shard] = (owner, nbytes)
+        for owner, nbytes in receiving.values():        # one buffer per shard, whatever the replicas
+            out[owner] += nbytes
         return tuple(out)
 
     def gather(self, t: int, pieces, box: Box, dst: int, data: Box | None = None) -> list[int]:
@@ -298,6 +321,8 @@ class _Replay:
         got = self.sent[(t, sym, box_id, dst)] = len(self.nbytes) - 1
         if forward:
             self.received[got] = (dst, forward)
+            if sym in self.params and self.params[sym] == (volume, t):       # all of a parameter shard
+                self.replicas[got] = (device, sym)
         return got
 
     def exchange(self, node, calls, syms: Sequence[int], needs: Sequence[bool]) -> list[tuple[list[int], float]]:

@@ -178,7 +178,8 @@ def _integer(v) -> int:
 
 def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]], owned: Sequence[float],
                       estimate: MemoryEstimate | None = None, fetched: float | Sequence[float] = 0.0,
-                      transient: int = 0, workers: int | None = None) -> dict[str, int]:
+                      transient: int = 0, workers: int | None = None,
+                      replicas: Sequence[float] = ()) -> dict[str, int]:
     """The worst device's training memory under a plan: every category of the single-device estimate scaled by
     the fraction of its tensors' bytes that one device holds at the end of the recursion (every device holds
     a box of the same size of a split tensor; of the parameters, the pieces it owns, ``owned``: per device the
@@ -195,10 +196,13 @@ def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]], own
     ``workspace`` is the device's own temporary space: the largest request of any op at the shard shapes
     (its ops share one buffer; an im2col buffer of one image does not shrink when the batch is split).
 
-    ``total`` is what each device holds where every device has its own memory (GPUs). ``device0_temp``, not
-    in ``total``, is what device 0 holds besides on *CPU contexts*, where MXNet allocates every context's
-    temporary space on cpu(0) (:func:`tofu.graph.memory.device0_temp_bytes`): there device 0's peak is
-    ``total + device0_temp`` and the others' ``total - workspace``. ``workers`` defaults to the largest ratio
+    ``total`` is what each device holds where every device has its own memory (GPUs), with the graph bound as
+    the rewriter builds it. ``replicas``, not in ``total``: the most that the runtime's parameter replicas hold on
+    a device beyond that (per device, :func:`tofu.search.copies.copies_and_kept`; ``tofu run`` binds them unless
+    told ``--no-replicas``). ``device0_temp``, not in ``total``, is what device 0 holds besides on *CPU
+    contexts*, where MXNet allocates every context's temporary space on cpu(0)
+    (:func:`tofu.graph.memory.device0_temp_bytes`): there device 0's peak is ``total + device0_temp`` and the
+    others' ``total - workspace``. ``workers`` defaults to the largest ratio
     of a tensor's size to its shard's."""
     from tofu.graph.memory import device0_temp_bytes, largest_workspace
 
@@ -230,4 +234,5 @@ def per_device_memory(graph: Graph, final_shapes: Sequence[tuple[int, ...]], own
         if best is None or out["total"] > best["total"]:
             best = out
     best["device0_temp"] = device0_temp_bytes(workers, workspace)
+    best["replicas"] = int(max(replicas, default=0.0))
     return best
