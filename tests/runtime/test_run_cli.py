@@ -30,6 +30,22 @@ def test_run_json_matches_the_plan_and_one_device(capsys, tmp_path):
     assert json.loads((tmp_path / "m.plan.json").read_text())["workers"] == 4
 
 
+def test_no_replicas_runs_the_routes_with_the_same_bytes_and_losses(capsys):
+    """``--no-replicas`` binds the rewriter's graph as it is: the same bytes each way and the same losses as the
+    default run (its replicas exchanged in flat copies), with more copies (one per route and direction)."""
+    docs = []
+    for flags in ((), ("--no-replicas",)):
+        rc, out, err = run(capsys, "run", "mlp", "--workers", "4", "--algo", "data-parallel", "--steps", "3",
+                           "--json", *flags)
+        assert rc == 0, err
+        docs.append(json.loads(out))
+    replicated, routed = docs
+    for key in ("measured_forward_bytes", "measured_backward_bytes", "predicted_comm_bytes"):
+        assert replicated[key] == routed[key] > 0, key
+    assert replicated["cross_device_copies"] < routed["cross_device_copies"]
+    assert np.allclose(replicated["losses"], routed["losses"], rtol=1e-5)
+
+
 def test_run_terminal_progress(capsys):
     rc, out, err = run(capsys, "run", "rnn-tiny", "--workers", "2", "--steps", "2", "--check")
     assert rc == 0, err
