@@ -4,7 +4,7 @@ measured single ops.
     python experiments/run_cpu_validation.py [--models mlp,wresnet-tiny,rnn-tiny,gpt-tiny,resnet18_v1]
                                              [--workers 1,2,4] [--algos tofu,data-parallel,spartan]
                                              [--seconds 3] [--levels op,step] [--tag cpu_validation]
-                                             [--out-dir results/sim] [--cpus 0] [--quick]
+                                             [--out-dir results/sim] [--cpus 0] [--quick] [--replicas]
 
 Level ``step``: for each model, each of its two batches (``BATCHES``) and each k in ``--workers``, every plan of
 ``--algos`` (at k = 1 only the first: one worker has one plan) is partitioned and bound on cpu(0..k-1); after
@@ -16,7 +16,9 @@ slow every plan of a configuration alike; ``measured_seconds`` is a plan's media
 (:func:`tofu.sim.engine.simulate_iteration` on the partitioned MXNet symbol), which reads nothing measured here
 (the profile was fitted by :mod:`tofu.sim.calibrate` on single operators). ``resnet18_v1`` is Gluon's model-zoo
 network (random weights, 10 classes, no download) exported to a symbol file at ``ZOO_IMAGE`` x ``ZOO_IMAGE``
-pixels (``experiments.run_zoo_check.export``) and read back as a user's file.
+pixels (``experiments.run_zoo_check.export``) and read back as a user's file. The graph is bound as the rewriter
+builds it (``Trainer(..., replicas=False)``: the graph the profile is calibrated on); ``--replicas`` binds and
+simulates it with the runtime's parameter replicas instead (``tofu run``'s default, :mod:`tofu.runtime.replicas`).
 
 Level ``op`` (the kernel curves alone): each case of ``OP_CASES`` binds one MXNet operator (inputs with
 gradients), median of ``--repeats`` forward + backward calls, beside the profile's executor call plus the curve of
@@ -152,8 +154,10 @@ def _quantile(xs: Sequence[float], q: float) -> float:
 
 
 def step_rows(model: str, batch: int, workers: int, algos: Sequence[str], seconds: float, profile,
-              work_dir: Path) -> list[dict]:
-    """One row per plan of (model, batch, workers): the measured median step beside the simulated iteration."""
+              work_dir: Path, replicas: bool = False) -> list[dict]:
+    """One row per plan of (model, batch, workers): the measured median step beside the simulated iteration;
+    ``replicas``: both with the runtime's parameter replicas (``tofu run``'s default), else the graph as the
+    rewriter builds it (what the ``cpu`` profile is calibrated on)."""
     from tofu.api import partitioned
     from tofu.runtime.data import initial_values, synthetic_batch
     from tofu.runtime.train import Trainer
@@ -168,11 +172,10 @@ def step_rows(model: str, batch: int, workers: int, algos: Sequence[str], second
         base = {"level": "step", "model": model, "batch": batch, "workers": workers, "plan": algo}
         try:
             plan = plan_graph(graph, workers, algo)
-            trainer = Trainer(partitioned(graph, plan), values, "cpu", lr=1e-3,
-                              replicas=False)       # the graph tofu.sim.program models: routes, no replicas
+            trainer = Trainer(partitioned(graph, plan), values, "cpu", lr=1e-3, replicas=replicas)
             for _ in range(WARMUP_STEPS):
                 trainer.step()
-            run = simulate_iteration(graph, plan, profile, from_symbol=True)
+            run = simulate_iteration(graph, plan, profile, from_symbol=True, replicas=replicas)
         except Exception as e:          # keep the case, say why (a failed case is a result too)
             rows.append({**base, "status": "error", "message": f"{type(e).__name__}: {e}"[:200]})
             continue
@@ -212,6 +215,8 @@ def main(argv=None) -> int:
     p.add_argument("--out-dir", type=Path, default=Path("results/sim"))
     p.add_argument("--cpus", default=None, help="comma-separated core numbers to pin the process to")
     p.add_argument("--quick", action="store_true", help="three ops, mlp at one batch, k = 1, 2")
+    p.add_argument("--replicas", action="store_true",
+                   help="the step level binds and simulates the runtime's parameter replicas (tofu run's default)")
     args = p.parse_args(argv)
     from tofu.search.algorithms import ALGORITHMS
 
@@ -269,7 +274,7 @@ def main(argv=None) -> int:
                     for k in workers:
                         try:
                             found = step_rows(model, batch, k, algos if k > 1 else algos[:1], args.seconds, prof,
-                                              work_dir)
+                                              work_dir, args.replicas)
                         except Exception as e:      # the model itself failed (import, export)
                             found = [{"level": "step", "model": model, "batch": batch, "workers": k, "plan": "",
                                       "status": "error", "message": f"{type(e).__name__}: {e}"[:200]}]

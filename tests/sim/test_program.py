@@ -76,6 +76,31 @@ def test_the_symbols_program_has_the_copies_mxnet_runs(model, k, options):
     assert mine == measured
 
 
+@pytest.mark.parametrize("model,k,options", BOUND, ids=[f"{m}-{k}" for m, k, _ in BOUND])
+def test_with_replicas_the_program_has_the_copies_tofu_run_makes(model, k, options):
+    """As ``tofu run`` binds the graph (its parameter replicas, tofu.runtime.replicas): the program's copies are
+    the executor's and the exchange's, as ``Trainer.copies()`` measures them; one update per device."""
+    from tofu.runtime.train import Trainer
+
+    graph = _graph(model, **options)
+    plan = plan_graph(graph, k, "data-parallel" if model == "mlp" else "tofu")
+    pg = partitioned(graph, plan)
+    values = {t.name: np.random.default_rng(0).random(t.shape).astype(np.float32)
+              for t in graph.tensors if t.producer is None}
+    trainer = Trainer(pg, values)
+    assert trainer.replicas, "no replica: nothing is tested"
+    program = build_program(dataflow_from_symbol(graph, pg), graph, k, replicas=True)
+    mine = Counter((t.phase is Phase.BACKWARD, int(t.nbytes)) for t in program.tasks if t.kind is TaskKind.COPY)
+    assert mine == Counter((c.backward, c.nbytes) for c in trainer.copies())
+    updates = [t for t in program.tasks if t.kind is TaskKind.UPDATE]
+    assert sorted(t.device for t in updates) == sorted(d for d, _ in trainer.exchange.flats[0])
+    replayed = program_from_plan(graph, plan, replicas=True)
+    assert Counter((t.phase is Phase.BACKWARD, int(t.nbytes)) for t in replayed.tasks
+                   if t.kind is TaskKind.COPY and t.origin is not Origin.EXPANSION) == \
+        Counter((t.phase is Phase.BACKWARD, int(t.nbytes)) for t in program.tasks
+                if t.kind is TaskKind.COPY and t.origin is not Origin.EXPANSION)
+
+
 _SAME_OP = {"identity": "_copy", "ElementWiseSum": "add_n"}       # MXNet's registered names of the aliases
 
 

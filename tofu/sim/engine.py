@@ -435,16 +435,18 @@ def held_over_time(events: Sequence[tuple[float, int]]) -> tuple[tuple[float, in
     return tuple(steps)
 
 
-def simulate_iteration(graph, plan, profile: Profile, from_symbol: bool = False, order: Order = Order.ID) -> Execution:
+def simulate_iteration(graph, plan, profile: Profile, from_symbol: bool = False, order: Order = Order.ID,
+                       replicas: bool = False) -> Execution:
     """One training iteration of ``graph`` partitioned by ``plan`` on ``profile``: the program built from the plan
     (:func:`tofu.sim.program.program_from_plan`, no MXNet) or, with ``from_symbol``, read from the partitioned
     MXNet symbol (:func:`tofu.sim.program.program_from_symbol`; small models), simulated by :func:`simulate`
-    with ``order``.
+    with ``order``; ``replicas``: with the runtime's parameter replicas, as ``tofu run`` binds the graph.
 
     Raises:
         ValueError: the plan has more workers than the profile has devices.
     """
     if plan.workers > profile.devices:
         raise ValueError(f"the plan has {plan.workers} workers, profile {profile.name} has {profile.devices} devices")
-    program = program_from_symbol(graph, plan) if from_symbol else program_from_plan(graph, plan)
+    program = program_from_symbol(graph, plan, replicas) if from_symbol else \
+        program_from_plan(graph, plan, replicas=replicas)
     return simulate(program, profile, order=order)

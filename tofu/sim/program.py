@@ -38,6 +38,11 @@ readers share. It does what MXNet does to the forward graph when it binds it for
 4. **Update.** SGD with momentum on each parameter shard, on its device, after its gradient (what
    :class:`tofu.runtime.train.Trainer` pushes after ``backward()``): reads weight, gradient and momentum and
    writes weight and momentum, 5 x 4 bytes and 4 FLOPs per element (:data:`tofu.sim.flops.UPDATE_BYTES_PER_ELEMENT`).
+   With ``replicas`` (how ``tofu run`` binds the graph, :mod:`tofu.runtime.replicas`), each route of a whole
+   parameter shard to another device is a variable there instead (no forward copy), and after the backward
+   pass the runtime's exchange runs: per group of shards, each replica device's gradients copied to the shards'
+   device in turn and added, one update per device over all its shards, then the weights copied to the
+   replicas (the next iteration's; here after the tasks that read them).
 
 Work. A forward kernel call's work is :func:`tofu.sim.flops.op_call_work` on its shapes; its backward's is
 :func:`tofu.sim.flops.backward_work` (the contraction's adjoints, twice the bytes), with the inputs that have
@@ -339,12 +344,17 @@ class _Builder:
         return writes
 
 
-def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | None = None) -> Program:
+def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | None = None,
+                  replicas: bool = False) -> Program:
     """The program of one training iteration of the partitioned forward graph ``flow`` of ``graph`` on
     ``workers`` devices (see the module docstring); ``sum_cap``: MXNet's in-place gradient sum cap (None:
-    :func:`grad_sum_cap`)."""
+    :func:`grad_sum_cap`); ``replicas``: as ``tofu run`` binds the graph, with its parameter replicas
+    (:func:`_with_replicas`, :func:`_exchange`), else as the rewriter builds it."""
     if eliminates_common_expressions():
         flow = _eliminate_common(flow)
+    replica_of: dict[int, int] = {}
+    if replicas:
+        flow, replica_of = _with_replicas(flow)
     values, ops = flow.values, flow.ops
     live = _live_ops(flow)
     needs = _needs_gradient(graph, flow, live)
@@ -416,6 +426,12 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
         if g is not None:
             gradient[v] = g
             b.tensors[g] = _with_kind(b.tensors[g], TensorKind.GRADIENT)
+    if replicas:
+        read = set(tensor_of)
+        for r in replica_of.values():
+            tensor(r)           # a shard only its replicas read
+        _exchange(b, values, tensor_of, gradient, replica_of, read)
+        return Program(workers, tuple(b.tasks), tuple(b.tensors))
     for v in params:
         value = values[v]
         n = value.nbytes
@@ -426,6 +442,100 @@ def build_program(flow: Dataflow, graph: Graph, workers: int, sum_cap: int | Non
                UPDATE_FLOPS_PER_ELEMENT * elements, UPDATE_BYTES_PER_ELEMENT * elements * 4, reads, [],
                f"update {_value_label(graph, value)}", extra_writes=(tensor_of[v], momentum))
     return Program(workers, tuple(b.tasks), tuple(b.tensors))
+
+
+def _with_replicas(flow: Dataflow) -> tuple[Dataflow, dict[int, int]]:
+    """``flow`` with each route of a whole parameter shard to another device (an ``identity`` of the variable,
+    cut for that device) made a variable there: the runtime's replica (:func:`tofu.runtime.replicas.replicate`);
+    returns it and, per replica value, the shard's. The route's op no longer produces anything read."""
+    values = list(flow.values)
+    replica_of: dict[int, int] = {}
+    for op in flow.ops:
+        if op.op not in ("_copy", "identity") or len(op.inputs) != 1 or op.to is None or op.to == op.device:
+            continue
+        shard = flow.values[op.inputs[0]]
+        if shard.role is Role.PARAM and shard.producer is None:
+            out = op.outputs[0]
+            values[out] = FlowValue(out, op.to, shard.nbytes, shard.tensor, Role.PARAM, None)
+            replica_of[out] = shard.id
+    return Dataflow(tuple(values), flow.ops, flow.heads), replica_of
+
+
+def _exchange(b: "_Builder", values: Sequence[FlowValue], tensor_of: dict[int, int], gradient: dict[int, int],
+              replica_of: dict[int, int], read: set[int]) -> None:
+    """The runtime's exchange and update (:class:`tofu.runtime.replicas.Exchange`), in its groups
+    (:func:`~tofu.runtime.replicas.exchange_groups`): per group, each replica device's gradients copied to the
+    shards' device in turn through one buffer and added to the shards' (the first is theirs where their own
+    device reads none), one ``sgd_mom_update`` per device over all its shards, then the updated weights copied
+    to each replica device (waiting for the tasks that read the replicas there)."""
+    import numpy as np
+
+    from tofu.runtime.replicas import Replica, Shard, exchange_groups
+
+    owners = sorted({v for v in tensor_of if values[v].role is Role.PARAM and v not in replica_of})
+    shards = [Shard(str(v), values[v].device, (values[v].nbytes // 4,), np.dtype(np.float32)) for v in owners]
+    reps = [Replica(str(r), str(v), values[r].device, r in gradient) for r, v in replica_of.items()
+            if r in tensor_of]
+    by_shard: dict[int, list[int]] = {}
+    for r, v in replica_of.items():
+        if r in tensor_of:
+            by_shard.setdefault(v, []).append(r)
+    readers: dict[int, list[int]] = {}
+    for task in b.tasks:
+        for t in task.reads:
+            readers.setdefault(t, []).append(task.id)
+    groups = exchange_groups(shards, reps, {str(v) for v in owners if v in read})
+    summed: dict[int, list[int]] = {}           # per device: the gradient tensors its update reads
+    later: list = []                            # per group: its weights' copies, after the update
+    for g in groups:
+        members = [int(s.name) for s in g.shards]
+        o, nbytes = g.device, 4 * g.elements
+        acc = [gradient[v] for v in members if v in gradient] if g.local else []
+        previous = None
+        for d in g.gradients:
+            sources = [gradient[r] for v in members for r in by_shard.get(v, ()) if values[r].device == d
+                       and r in gradient]
+            deps = {b.tensors[t].producer for t in sources if b.tensors[t].producer is not None}
+            after = {previous} if previous is not None else set()      # the buffer read by the last sum
+            received = _copy(b, Phase.BACKWARD, d, o, nbytes, sources, deps | after, TensorKind.ADJOINT,
+                             f"gradients > dev{o}")
+            if not acc:
+                acc = [received]
+                continue
+            acc = list(b.task(TaskKind.COMPUTE, Phase.BACKWARD, Origin.GRADIENT_SUM, "elemwise_add", o,
+                              OpClass.ELEMENTWISE, float(g.elements), 3.0 * nbytes, acc + [received],
+                              [(nbytes, TensorKind.GRADIENT)], f"sum of the replicas' gradients@dev{o}"))
+            previous = len(b.tasks) - 1
+        summed.setdefault(o, []).extend(acc)
+        later.append((g, members))
+    updates: dict[int, int] = {}
+    for o in sorted({values[v].device for v in owners}):
+        mine = [v for v in owners if values[v].device == o]
+        n = sum(values[v].nbytes for v in mine)
+        momentum = b.tensor(o, n, TensorKind.OPTIMIZER)
+        elements = n // 4
+        b.task(TaskKind.UPDATE, Phase.UPDATE, Origin.OPTIMIZER, "sgd_mom_update", o, OpClass.ELEMENTWISE,
+               UPDATE_FLOPS_PER_ELEMENT * elements, UPDATE_BYTES_PER_ELEMENT * elements * 4,
+               [tensor_of[v] for v in mine] + [momentum] + summed.get(o, []), [], f"update dev{o}",
+               extra_writes=(*(tensor_of[v] for v in mine), momentum))
+        updates[o] = len(b.tasks) - 1
+    for g, members in later:
+        for d in g.devices:
+            targets = [tensor_of[r] for v in members for r in by_shard.get(v, ()) if values[r].device == d]
+            waits = {updates[g.device]} | {t for r in targets for t in readers.get(r, ())}
+            _copy(b, Phase.FORWARD, g.device, d, 4 * g.elements, [tensor_of[v] for v in members], waits, None,
+                  f"weights > dev{d}", writes=targets)
+
+
+def _copy(b: "_Builder", phase: Phase, src: int, dst: int, nbytes: int, reads: Sequence[int], deps: set[int],
+          kind: TensorKind | None, label: str, writes: Sequence[int] = ()) -> int:
+    """A copy of the exchange (a flat buffer, ``_copyto``); returns the tensor it writes (``kind``: a new one on
+    ``dst``), else writes ``writes``."""
+    tid = len(b.tasks)
+    out = b.tensor(dst, nbytes, kind, tid, Origin.GLUE) if kind is not None else None
+    b.tasks.append(Task(tid, TaskKind.COPY, phase, Origin.GLUE, "_copyto", src, dst, None, 0.0, float(nbytes),
+                        tuple(sorted(deps)), tuple(reads), (out,) if out is not None else tuple(writes), label))
+    return out
 
 
 def _gives(graph: Graph, flow: Dataflow) -> Callable[[int, int, bool | None], bool]:
@@ -621,10 +731,10 @@ def _value_label(graph: Graph, value: FlowValue) -> str:
 
 # ---------------------------------------------------------------------------------------------- entry points
 
-def program_from_plan(graph: Graph, plan, sum_cap: int | None = None) -> Program:
-    """The program of ``graph`` under ``plan``, built from the plan alone (no MXNet); ``sum_cap`` as
-    :func:`build_program`'s."""
-    return build_program(dataflow_from_plan(graph, plan), graph, plan.workers, sum_cap)
+def program_from_plan(graph: Graph, plan, sum_cap: int | None = None, replicas: bool = False) -> Program:
+    """The program of ``graph`` under ``plan``, built from the plan alone (no MXNet); ``sum_cap`` and
+    ``replicas`` as :func:`build_program`'s."""
+    return build_program(dataflow_from_plan(graph, plan), graph, plan.workers, sum_cap, replicas)
 
 
 def placed(flow: Dataflow, devices: Sequence[int]) -> Dataflow:
@@ -653,9 +763,10 @@ def placed(flow: Dataflow, devices: Sequence[int]) -> Dataflow:
     return Dataflow(values, ops, flow.heads)
 
 
-def program_from_symbol(graph: Graph, plan) -> Program:
-    """The program of ``graph`` under ``plan``, read from the partitioned symbol (builds it with MXNet)."""
+def program_from_symbol(graph: Graph, plan, replicas: bool = False) -> Program:
+    """The program of ``graph`` under ``plan``, read from the partitioned symbol (builds it with MXNet);
+    ``replicas`` as :func:`build_program`'s."""
     from tofu.api import partitioned
 
     pg = partitioned(graph, plan)
-    return build_program(dataflow_from_symbol(graph, pg), graph, pg.workers)
+    return build_program(dataflow_from_symbol(graph, pg), graph, pg.workers, replicas=replicas)
