@@ -26,6 +26,20 @@ def test_sim_reports_the_engines_iteration_and_writes_its_timeline(capsys, tmp_p
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_sim_with_replicas_simulates_tofu_runs_binding(capsys):
+    """``--replicas``: the engine's iteration of the program with the runtime's parameter replicas (the
+    data-parallel plan of mlp on 4 devices: its forward weight copies become the exchange's after the update)."""
+    rc, out, err = run(capsys, "sim", "mlp", "--workers", "4", "--algo", "data-parallel", "--replicas", "--json")
+    assert rc == 0, err
+    doc = json.loads(out)
+    graph = load_graph("mlp", ModelOptions())
+    plan = plan_graph(graph, 4, "data-parallel")
+    want = simulate_iteration(graph, plan, profile("k80x8"), replicas=True)
+    routed = simulate_iteration(graph, plan, profile("k80x8"))
+    assert doc["iteration_seconds"] == pytest.approx(want.seconds, rel=1e-12)
+    assert doc["tasks"] == len(want.spans) < len(routed.spans)
+
+
 @pytest.mark.parametrize("argv,message", [
     (["sim", "mlp", "--workers", "16"], "--workers must be in [1, 8]"),
     (["sim", "mlp", "--profile", "tpu"], "invalid choice: 'tpu'"),

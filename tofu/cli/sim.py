@@ -23,6 +23,9 @@ def add_parser(sub) -> None:
                         "(fifo, MXNet's worker queues)")
     p.add_argument("--from-symbol", action="store_true",
                    help="read the program from the partitioned MXNet symbol (small models) instead of the plan")
+    p.add_argument("--replicas", action="store_true",
+                   help="with the runtime's parameter replicas, as tofu run binds the graph (default: as the "
+                        "rewriter builds it, what the paper's runtime ran)")
     p.add_argument("--trace", metavar="OUT.json", help="write the timeline as a Chrome trace")
     p.add_argument("--figure", metavar="OUT.png", help="draw the timeline as a Gantt chart")
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -43,7 +46,8 @@ def run(args) -> int:
     if not 1 <= args.workers <= prof.devices:
         raise TofuError(f"--workers must be in [1, {prof.devices}] on profile '{prof.name}', got {args.workers}")
     plan = plan_graph(graph, args.workers, args.algo)
-    ex = simulate_iteration(graph, plan, prof, from_symbol=args.from_symbol, order=Order[args.order.upper()])
+    ex = simulate_iteration(graph, plan, prof, from_symbol=args.from_symbol, order=Order[args.order.upper()],
+                            replicas=args.replicas)
     if args.trace:
         from tofu.sim.trace import write_chrome_trace
 
