@@ -110,6 +110,20 @@ class DataflowOp(Protocol):
     outputs: Sequence[int]
 
 
+def needing(ops: Sequence[DataflowOp], live: Sequence[int], needs: list[bool],
+            gives: Callable[[int, int], bool]) -> list[bool]:
+    """``needs`` (per value: a variable that needs a gradient, given) extended, in the topological order
+    ``live``, to every value an op computes from one through an input it gives a gradient (``gives(op index,
+    position)``: :func:`gives_gradient` with a gradient arriving), but a loss's outputs: the values MXNet's
+    gradient pass differentiates towards."""
+    for i in live:
+        op = ops[i]
+        if op.op not in LOSS_OPS and any(needs[v] for p, v in enumerate(op.inputs) if gives(i, p)):
+            for v in op.outputs:
+                needs[v] = True
+    return needs
+
+
 def contributions(ops: Sequence[DataflowOp], live: Sequence[int], needs: Sequence[bool],
                   gives: Callable[[int, int, bool | None], bool]) -> tuple[Counter, dict[int, list[int]]]:
     """Per value, how many gradient contributions MXNet's backward pass writes for it; per op, the input

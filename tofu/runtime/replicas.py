@@ -32,8 +32,7 @@ from dataclasses import dataclass
 import mxnet as mx
 import numpy as np
 
-from tofu.graph.gradients import contributions, gives_gradient
-from tofu.graph.ir import LOSS_OPS
+from tofu.graph.gradients import contributions, gives_gradient, needing
 
 _ROUTE_OPS = frozenset({"_copy", "identity"})
 
@@ -97,11 +96,8 @@ def _gradient_reaches(doc: Mapping, params: set[str]) -> set[int]:
     for i, node in enumerate(nodes):
         if node["op"] == "null":
             needs[first[i]] = node["name"] in params
-        elif node["op"] not in LOSS_OPS and any(needs[v] for p, v in enumerate(ops[i].inputs)
-                                                if gives_gradient(node["op"], True, p, attrs[i])):
-            for v in ops[i].outputs:
-                needs[v] = True
     live = [i for i, n in enumerate(nodes) if n["op"] != "null"]
+    needs = needing(ops, live, needs, lambda i, p: gives_gradient(nodes[i]["op"], True, p, attrs[i]))
     counts, _ = contributions(ops, live, needs,
                               lambda i, p, arrives: gives_gradient(nodes[i]["op"], arrives, p, attrs[i]))
     return {i for i, n in enumerate(nodes) if n["op"] == "null" and counts[first[i]]}

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from tofu.errors import TofuError
-from tofu.graph.gradients import contributions, expansion_gradients, gives_gradient
+from tofu.graph.gradients import contributions, expansion_gradients, gives_gradient, needing
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.sim.flops import OpClass
 from tofu.sim.glue import Dataflow, FlowOp, FlowValue, _device, _shapes, _work, dataflow_from_plan
@@ -674,14 +674,8 @@ def _attrs(graph: Graph, op) -> Mapping:
 def _needs_gradient(graph: Graph, flow: Dataflow, live: Sequence[int]) -> list[bool]:
     """Per value: a parameter, or computed from one through ops that pass gradients (:func:`gives_gradient`;
     not a loss's output)."""
-    needs = [v.role is Role.PARAM for v in flow.values]
-    for i in live:
-        op = flow.ops[i]
-        if op.op not in LOSS_OPS and any(needs[v] for p, v in enumerate(op.inputs)
-                                         if gives_gradient(op.op, True, p, _attrs(graph, op))):
-            for v in op.outputs:
-                needs[v] = True
-    return needs
+    return needing(flow.ops, live, [v.role is Role.PARAM for v in flow.values],
+                   lambda i, p: gives_gradient(flow.ops[i].op, True, p, _attrs(graph, flow.ops[i])))
 
 
 def _gradient_names(graph: Graph):
