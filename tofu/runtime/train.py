@@ -144,7 +144,6 @@ class Trainer:
         params = [v for v in pg.variables if v.role is Role.PARAM]
         symbol, self.replicas = replicate(pg.symbol, {v.name: v.device for v in params if v.name not in integer}) \
             if replicas and pg.workers > 1 else (pg.symbol, ())
-        self.symbol = symbol
         arguments, aux = set(symbol.list_arguments()), set(symbol.list_auxiliary_states())
         replicated = {r.of for r in self.replicas}
         self.params = [v for v in params if v.name in arguments or v.name in replicated]
@@ -161,7 +160,7 @@ class Trainer:
         if pg.workers == 1:             # one device: no groups to place (group2ctx on a symbol without context
             group2ctx = None            # groups makes MXNet segfault binding gather_nd)
         types = {} if self.dtype == np.float32 else \
-            {"type_dict": {n: self.dtype for n in symbol.list_arguments() if n not in integer}}
+            {"type_dict": {n: self.dtype for n in arguments if n not in integer}}
         shapes = {n: s for n, s in pg.shapes().items() if n in arguments or n in aux}
         shapes.update({r.name: self.exchange.weights[r.of].shape for r in self.replicas})
         start = time.perf_counter()
