@@ -270,7 +270,9 @@ def step_rows(model: str, batch: int, workers: int, seconds: float, min_steps: i
 
 def trace_spans(path: Path) -> list[tuple[str, int, float, float]]:
     """The operator events of a chrome trace MXNet's profiler dumped: (op type, device, start, end), times in
-    seconds. Begin and end events are paired per (device, thread, op type). The device is the event's pid, the
+    seconds. Begin and end events are paired per (device, thread, op type) in the file's order, in which MXNet
+    writes each call's end right after its begin: not by time, since a short call's begin and end can carry the
+    same microsecond, and one that sorts its end first loses the call. The device is the event's pid, the
     context's index (MXNet labels cpu(2) and cpu(3) ``cpu pinned/`` and ``cpu shared/``, MXNET.md)."""
     text = path.read_text().strip()
     # an unfinished dump (dump(finished=False), so that a later configuration can profile again) leaves the list
@@ -283,8 +285,7 @@ def trace_spans(path: Path) -> list[tuple[str, int, float, float]]:
         events = json.loads(text + "]}")["traceEvents"]
     open_: dict[tuple, list[float]] = {}
     spans = []
-    for e in sorted((e for e in events if e.get("cat") == "operator" and e.get("ph") in ("B", "E")),
-                    key=lambda e: (e["ts"], e["ph"] == "B")):
+    for e in (e for e in events if e.get("cat") == "operator" and e.get("ph") in ("B", "E")):
         key = (e["pid"], e["tid"], e["name"])
         if e["ph"] == "B":
             open_.setdefault(key, []).append(e["ts"] * 1e-6)

@@ -79,23 +79,18 @@ def test_profiled_calls_are_what_the_executors_run(run, monkeypatch):
     summary = table.profile_summary([rows])
     got_one, got_tofu = summary[("mlp", 64, 2, "one-device")], summary[("mlp", 64, 2, "tofu")]
     assert got_one["kernels"]["calls"] == sum(_executor_ops(one).values())
-    # the updates are imperative calls pushed after the executor's ops: one step's at the edge of a profiled window
-    # has been seen missing from the trace (5.5 of 6 per step over the quick run's 2 steps)
-    # (one per device's flat buffers of parameters: tofu.runtime.replicas)
+    # one update per device's flat buffers of parameters (tofu.runtime.replicas)
     updates = len(one.exchange.flats[0]) + sum(v.name not in one.exchange for v in one.params)
     assert updates == 1
-    assert updates * (1 - 1 / 2) <= got_one["update"]["calls"] <= updates
+    assert got_one["update"]["calls"] == updates
     ops = _executor_ops(tofu)
     for cls in (rro.OpClass.SLICE, rro.OpClass.CONCAT, rro.OpClass.ADD_N):
+        # the replicas' exchange adds by elemwise_add, a kernel the one device runs too: not in these classes
         expected = sum(n for op, n in ops.items() if op in rro.GLUE_OPS[cls])
-        # the replicas' exchange sums each group's gradients by at most one imperative add_n
-        extra = len(tofu.exchange.groups) if cls is rro.OpClass.ADD_N else 0
-        # the trace has been seen to lose one such event at the edge of the window too (7.5 of 8 slices per step
-        # over the quick run's 2 steps, on a loaded machine): at most one call of the window missing
-        assert expected - 1 / 2 <= got_tofu.get(cls.value, {"calls": 0})["calls"] <= expected + extra, cls
-    # copies: the executor's routes and _CrossDeviceCopy ops, and the outputs' copies to the host; the trace has been
-    # seen to lose one or two events of the quick run's two steps, as for the updates above
-    assert got_tofu["copies"]["calls"] >= ops["_CrossDeviceCopy"] + ops["_copy"] - 2 > 0
+        assert got_tofu.get(cls.value, {"calls": 0})["calls"] == expected, cls
+    assert ops["add_n"] + ops["slice"] > 0
+    # copies: the executor's routes and _CrossDeviceCopy ops, the exchange's, and the outputs' copies to the host
+    assert got_tofu["copies"]["calls"] >= ops["_CrossDeviceCopy"] + ops["_copy"] > 0
     for system in ("one-device", "tofu", "data-parallel"):
         s = summary[("mlp", 64, 2, system)]
         assert 0 < s["busiest device"]["seconds"] <= s["any device"]["seconds"] <= s["all ops"]["seconds"] * 1.0001
@@ -109,3 +104,17 @@ def test_tables_render(run):
     assert "copies" in ops and "**wall**" in ops and "busiest" not in ops
     routes = table.render_routes([rows])
     assert routes.count("\n") == 2 and routes.count("x**") == 2    # header, rule, k = 2: both plans' ratios
+
+
+def test_trace_spans_pairs_calls_in_the_files_order(tmp_path):
+    """A call whose begin and end carry the same microsecond, next to calls that end when the next begins, on two
+    devices: each is one span (MXNet writes a call's end right after its begin; a sort by time put such an end first
+    and lost the call)."""
+    ev = [("slice", 0, 1, 10, 10), ("slice", 0, 1, 5, 10), ("slice", 0, 1, 10, 12), ("dot", 1, 2, 3, 7)]
+    events = [e for name, pid, tid, a, b in ev
+              for e in ({"cat": "operator", "ph": "B", "name": name, "pid": pid, "tid": tid, "ts": a},
+                        {"cat": "operator", "ph": "E", "name": name, "pid": pid, "tid": tid, "ts": b})]
+    path = tmp_path / "trace.json"
+    # as an unfinished dump after the process's first: a leading comma, the list left open
+    path.write_text("," + json.dumps(events)[1:-1])
+    assert sorted(rro.trace_spans(path)) == sorted((name, pid, a * 1e-6, b * 1e-6) for name, pid, _, a, b in ev)
