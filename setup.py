@@ -11,5 +11,5 @@ setup(
     install_requires=["mxnet==1.9.1", "numpy==1.23.5", "scipy==1.15.3", "matplotlib==3.10.9",
                       "contourpy==1.3.2"],
     extras_require={"test": ["pytest==8.3.4"]},
-    entry_points={"console_scripts": ["tofu=tofu.cli:main"]},
+    entry_points={"console_scripts": ["tofu=tofu.cli:command"]},
 )

@@ -262,3 +262,25 @@ def test_plan_figure_draws_the_chosen_tensors_and_refuses_bad_choices(capsys, tm
                           "make a readable figure")
     assert_one_line_error(*run(capsys, "plan", "mlp", "--workers", "2", "--figure",
                                str(tmp_path / "missing" / "p.png")), "cannot write figure")
+
+
+def test_the_process_entry_point_runs_main_and_freezes_what_is_left(monkeypatch, capsys):
+    """``tofu`` and ``python -m tofu`` run :func:`tofu.cli.command`: main's exit status, and what the command left
+    alive moved out of the collector's reach (else the interpreter's exit walks the search's cost tables)."""
+    import gc
+
+    from tofu.cli import command
+
+    monkeypatch.setattr("sys.argv", ["tofu", "plan", "mlp", "--workers", "2"])
+    assert gc.get_freeze_count() == 0
+    try:
+        assert command() == 0
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    assert "2 workers" in capsys.readouterr().out
+    monkeypatch.setattr("sys.argv", ["tofu", "plan", "no-such-model"])
+    try:
+        assert command() == 2
+    finally:
+        gc.unfreeze()

@@ -1,6 +1,6 @@
 """``python -m tofu`` is the ``tofu`` command."""
 import sys
 
-from tofu.cli import main
+from tofu.cli import command
 
-sys.exit(main())
+sys.exit(command())

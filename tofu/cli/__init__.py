@@ -13,6 +13,7 @@ stderr and exits with status 2; a run that fails (a diverged loss, ``--check`` b
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import sys
@@ -23,7 +24,7 @@ from tofu.cli.common import Parser, dumps, parse_bytes
 from tofu.cli.launch import remote_run_args
 from tofu.errors import TofuError
 
-__all__ = ["build_parser", "dumps", "main", "parse_bytes"]
+__all__ = ["build_parser", "command", "dumps", "main", "parse_bytes"]
 
 COMMANDS = (inspect, ops, plan, run, launch, sim)
 
@@ -51,6 +52,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:             # `tofu ops | head`: the reader has gone, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def command() -> int:
+    """:func:`main` as the process's entry point (``tofu``, ``python -m tofu``): what it leaves alive is frozen
+    out of the garbage collector before the process exits, since the interpreter's last collections would walk
+    it all (the search's cost tables: 2.4 million objects and 4 s of an 11 s ``tofu plan rnn-10-8k --workers
+    64``)."""
+    try:
+        return main()
+    finally:
+        gc.freeze()
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
