@@ -110,7 +110,9 @@ batch: the plan's worst device ("worst device", of which "fetched" is the remote
 backward pass, each once) against a 12 GiB K80 die less the {reserve:.1f} GiB reserve ({usable:.1f} GiB usable).
 "spare" is what is left of the usable memory ("-" where it does not fit). "replicas" is what `tofu run`'s parameter
 replicas hold on a device besides (docs/runtime.md, "Parameter replicas"; not in "worst device": a run that must
-fit binds the graph without them, `--no-replicas`).
+fit binds the graph without them, `--no-replicas`); "fits with replicas" whether the worst device and its replicas
+together fit (`tofu plan --device-memory 12GiB` says both, and to train with `--no-replicas` where only the bare
+graph fits).
 
 """.format(reserve=RESERVE / GIB, usable=(GPU_BYTES - RESERVE) / GIB)
 
@@ -171,19 +173,20 @@ def paper_batch_rows() -> list[dict]:
             plan = load_plan(load_graph(name, ModelOptions(batch=batch)), WORKERS, "tofu")
             memory = dict(plan.per_device_bytes)
             rows.append({"model": name, "batch": batch, "total": memory["total"], "fetched": memory["fetched"],
-                         "fits": fits(memory, GPU_BYTES, RESERVE), "replicas": memory["replicas"]})
+                         "fits": fits(memory, GPU_BYTES, RESERVE), "replicas": memory["replicas"],
+                         "fits_with_replicas": fits(memory, GPU_BYTES, RESERVE, replicas=True)})
     return rows
 
 
 def render_paper_batches(rows: list[dict]) -> str:
     gib = lambda b: f"{b / GIB:.2f}"  # noqa: E731
     head = ["model", "paper's batch", "worst device GiB", "fetched GiB", "reserve GiB", "fits 12 GiB",
-            "spare GiB", "replicas GiB"]
+            "spare GiB", "replicas GiB", "fits with replicas"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         cells = [f"`{r['model']}`", str(r["batch"]), gib(r["total"]), gib(r["fetched"]), gib(RESERVE),
                  "yes" if r["fits"] else "no", gib(GPU_BYTES - RESERVE - r["total"]) if r["fits"] else "-",
-                 gib(r["replicas"])]
+                 gib(r["replicas"]), "yes" if r["fits_with_replicas"] else "no"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

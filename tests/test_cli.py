@@ -284,3 +284,24 @@ def test_the_process_entry_point_runs_main_and_freezes_what_is_left(monkeypatch,
         assert command() == 2
     finally:
         gc.unfreeze()
+
+
+def test_plan_fits_with_and_without_the_runtimes_replicas(capsys):
+    """``tofu plan --device-memory``: the rewriter's graph (``total``) fits a device of total + reserve bytes; the
+    runtime's parameter replicas (``tofu run``'s default) need ``replicas`` more, and where only the bare graph
+    fits the text says to train it with ``--no-replicas``."""
+    args = ("plan", "mlp", "--workers", "2", "--algo", "data-parallel")
+    rc, out, _ = run(capsys, *args, "--json")
+    args += ("--reserve", "1000")
+    memory = json.loads(out)["per_device_bytes"]
+    total, replicas = memory["total"], memory["replicas"]
+    assert rc == 0 and replicas > 0
+    for device, bare, with_replicas in ((total + 999, False, False), (total + 1000, True, False),
+                                        (total + replicas + 999, True, False), (total + replicas + 1000, True, True)):
+        rc, out, _ = run(capsys, *args, "--json", "--device-memory", str(device))
+        doc = json.loads(out)
+        assert rc == 0 and (doc["fits"], doc["fits_with_replicas"]) == (bare, with_replicas), device
+        rc, out, _ = run(capsys, *args, "--device-memory", str(device))
+        line = out.strip().splitlines()[-1]
+        assert line.startswith(f"fits {device / 2**30:.2f} GiB") and line.count("yes") == bare + with_replicas
+        assert ("--no-replicas" in line) == (bare and not with_replicas), line

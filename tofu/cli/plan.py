@@ -98,7 +98,8 @@ def run(args) -> int:
                 step.pop("ops")
         if args.device_memory is not None:
             doc.update({"device_memory_bytes": args.device_memory, "reserve_bytes": reserve,
-                        "fits": fits(doc["per_device_bytes"], args.device_memory, reserve)})
+                        "fits": fits(doc["per_device_bytes"], args.device_memory, reserve),
+                        "fits_with_replicas": fits(doc["per_device_bytes"], args.device_memory, reserve, True)})
         if inter is not None:
             doc.update({"machines": args.machines, "global_batch": global_batch, "machine_batch": args.batch,
                         "intra_machine_bytes": plan.comm_bytes, "inter_machine_pushed_bytes": inter,
@@ -107,11 +108,16 @@ def run(args) -> int:
         return 0
     print(_plan_text(graph, plan))
     if args.device_memory is not None:
-        total = dict(plan.per_device_bytes)["total"]
+        memory = dict(plan.per_device_bytes)
         gib = lambda n: f"{n / 2**30:.2f} GiB"  # noqa: E731
+        yes = lambda b: "yes" if b else "no"  # noqa: E731
+        with_replicas = fits(memory, args.device_memory, reserve, replicas=True)
         print(f"fits {gib(args.device_memory)} less a {gib(reserve)} reserve: "
-              f"{'yes' if fits(dict(plan.per_device_bytes), args.device_memory, reserve) else 'no'} "
-              f"(worst device {gib(total)} of {gib(args.device_memory - reserve)})")
+              f"{yes(fits(memory, args.device_memory, reserve))} (worst device {gib(memory['total'])} of "
+              f"{gib(args.device_memory - reserve)}); with tofu run's parameter replicas "
+              f"(+{gib(memory.get('replicas', 0))}): {yes(with_replicas)}"
+              + ("" if with_replicas or not fits(memory, args.device_memory, reserve) else
+                 ": train it with tofu run --no-replicas"))
     if inter is not None:
         print(f"{args.machines} machines, global batch {global_batch} ({args.batch} per machine): per iteration, "
               f"intra-machine {gb(plan.comm_bytes)} on each machine (the plan's), inter-machine {gb(2 * inter)} "

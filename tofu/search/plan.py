@@ -34,9 +34,13 @@ context with cuBLAS and cuDNN loaded commonly takes 0.3-0.5 GiB on Kepler and la
 "Constants and memory"."""
 
 
-def fits(per_device_bytes: Mapping[str, int], device_bytes: int, reserve: int = DEVICE_RESERVE_BYTES) -> bool:
-    """Whether a plan's worst device (its ``total``) fits a device of ``device_bytes`` less ``reserve``."""
-    return per_device_bytes["total"] <= device_bytes - reserve
+def fits(per_device_bytes: Mapping[str, int], device_bytes: int, reserve: int = DEVICE_RESERVE_BYTES,
+         replicas: bool = False) -> bool:
+    """Whether a plan's worst device (its ``total``: the rewriter's graph, ``tofu run --no-replicas``) fits a
+    device of ``device_bytes`` less ``reserve``; with ``replicas``, its ``total`` and ``replicas`` (what the
+    runtime's parameter replicas hold beyond it, ``tofu run``'s default)."""
+    extra = per_device_bytes.get("replicas", 0) if replicas else 0
+    return per_device_bytes["total"] + extra <= device_bytes - reserve
 
 
 @dataclass(frozen=True)
