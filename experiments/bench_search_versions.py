@@ -2,7 +2,7 @@
 
     python experiments/bench_search_versions.py --against REV [--models wresnet-152-10,rnn-10-8k,gpt-6.7b]
                                                 [--workers 8] [--rounds 3] [--repeats 3] [--tag NAME]
-                                                [--gluon-batch 32]
+                                                [--gluon-batch 32] [--command]
 
 A model is a zoo name or ``gluon:NET``: a Gluon model-zoo network (``gluon:densenet121``) exported here as
 ``experiments/run_zoo_check.py`` does (224 x 224 images, 10 classes, batch ``--gluon-batch``) and read back by
@@ -13,7 +13,9 @@ The revision is checked out into a temporary git worktree. Each round runs every
 cleared), so both trees see the same machine load; ``search_seconds`` is the plan's own search time,
 ``plan_seconds`` the whole ``plan_graph`` call (the recount of the bytes, :mod:`tofu.search.copies`, included); results/bench_versions/<tag>.csv gets every timing with the
 plan's bytes, and the medians and their ratio are printed. A model the older tree does not know is skipped
-there. Machines here are shared and noisy: read the ratio, not the absolute seconds.
+there. With ``--command``, each round also times the whole command a user types, ``python -m tofu plan MODEL
+--workers K`` in a fresh process of each tree (``command_seconds``: MXNet's import, the search, the recount, the
+printing and the process's exit). Machines here are shared and noisy: read the ratio, not the absolute seconds.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -31,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments.common import RowWriter, write_sidecar  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-COLUMNS = ("tree", "model", "workers", "round", "repeat", "status", "search_seconds", "plan_seconds", "comm_bytes")
+COLUMNS = ("tree", "model", "workers", "round", "repeat", "status", "search_seconds", "plan_seconds", "comm_bytes",
+           "command_seconds")
 TIMER = r"""
 import json, sys, time
 from tofu.api import clear_caches, load_graph
@@ -59,6 +63,19 @@ def _time(tree: Path, model: tuple[str, str], workers: int, repeats: int) -> lis
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _command(tree: Path, model: tuple[str, str], workers: int) -> float | str:
+    """Seconds of ``python -m tofu plan`` of ``model`` in a fresh process of ``tree``, from start to exit."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "MXNET_SUBGRAPH_BACKEND": "NONE", "OMP_NUM_THREADS": "1"}
+    shapes = [f"--shape={name}={','.join(map(str, shape))}" for name, shape in json.loads(model[1]).items()]
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "tofu", "plan", model[0], "--workers", str(workers), *shapes],
+                          cwd=tree, env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode:
+        return (done.stderr.strip().splitlines() or ["failed"])[-1][:200]
+    return seconds
+
+
 def _spec(model: str, batch: int, tmp: Path) -> tuple[str, str]:
     """What :func:`_time` passes for ``model``: a zoo name as it is; ``gluon:NET`` exported into ``tmp``."""
     if not model.startswith("gluon:"):
@@ -78,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tag", default="latest")
     p.add_argument("--out-dir", type=Path, default=Path("results/bench_versions"))
     p.add_argument("--gluon-batch", type=int, default=32, help="the batch of a gluon:NET model")
+    p.add_argument("--command", action="store_true",
+                   help="also time the whole `python -m tofu plan` command per round and tree")
     args = p.parse_args(argv)
     if args.gluon_batch < 1:
         print(f"bench_search_versions: --gluon-batch must be at least 1, got {args.gluon_batch}", file=sys.stderr)
@@ -102,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             times: dict[tuple[str, str], list[float]] = {}
             walls: dict[tuple[str, str], list[float]] = {}
+            commands: dict[tuple[str, str], list[float]] = {}
             for r in range(args.rounds):
                 for model in args.models.split(","):
                     for tree, path in (("old", old), ("new", ROOT)):
@@ -120,6 +140,16 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"round {r + 1}/{args.rounds} {tree} {model}: search "
                               f"{' '.join(f'{s:.2f}' for s, _, _ in got)} s, plan "
                               f"{' '.join(f'{w:.2f}' for _, w, _ in got)} s", flush=True)
+                        if args.command:
+                            took = _command(path, specs[model], args.workers)
+                            ok = not isinstance(took, str)
+                            writer.write({"tree": tree, "model": model, "workers": args.workers, "round": r,
+                                          "status": "ok" if ok else "error",
+                                          "command_seconds": f"{took:.4f}" if ok else ""})
+                            if ok:
+                                commands.setdefault((tree, model), []).append(took)
+                            print(f"round {r + 1}/{args.rounds} {tree} {model}: command "
+                                  + (f"{took:.2f} s" if ok else took), flush=True)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=ROOT, capture_output=True)
     writer.close()
@@ -130,7 +160,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{model}: search {args.against} {statistics.median(o):.2f} s, this tree {statistics.median(n):.2f}"
                   f" s (median of {len(n)}), ratio {statistics.median(n) / statistics.median(o):.2f}; whole plan "
                   f"(the recount included) {wo:.2f} s against {wn:.2f} s, ratio {wn / wo:.2f}")
-        elif n:
+        co, cn = commands.get(("old", model)), commands.get(("new", model))
+        if co and cn:
+            print(f"{model}: the whole command {args.against} {statistics.median(co):.2f} s, this tree "
+                  f"{statistics.median(cn):.2f} s, ratio {statistics.median(cn) / statistics.median(co):.2f}")
+        if not o and n:
             print(f"{model}: this tree {statistics.median(n):.2f} s (median of {len(n)}); {args.against} cannot plan it")
     print(f"wrote {out}")
     return 0

@@ -1,0 +1,20 @@
+"""bench_search_versions.py against HEAD itself (an A/A run) on mlp at 2 workers: both trees plan the same bytes,
+and ``--command`` times a whole ``python -m tofu plan`` process, which imports MXNet and plans: longer than the
+plan alone in the same tree and round."""
+import csv
+
+from experiments import bench_search_versions as bench
+
+
+def test_an_a_a_run_with_the_command_timed(tmp_path, capsys):
+    assert bench.main(["--against", "HEAD", "--models", "mlp", "--workers", "2", "--rounds", "1", "--repeats", "1",
+                       "--command", "--tag", "aa", "--out-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "aa.csv").open()))
+    assert all(r["status"] == "ok" for r in rows) and len(rows) == 4
+    plans = {r["tree"]: r for r in rows if r["plan_seconds"]}
+    commands = {r["tree"]: float(r["command_seconds"]) for r in rows if r["command_seconds"]}
+    assert set(plans) == set(commands) == {"old", "new"}
+    assert plans["old"]["comm_bytes"] == plans["new"]["comm_bytes"] != ""
+    for tree, seconds in commands.items():
+        assert seconds > float(plans[tree]["plan_seconds"]), tree
+    assert "mlp: the whole command HEAD" in capsys.readouterr().out
