@@ -43,9 +43,12 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import breadth_first_order
 
 from tofu.analysis.compose import OpChoice, compose, coordinates, held_box
 from tofu.analysis.views import NodeView
+from tofu.errors import SearchError
 from tofu.graph.ir import LOSS_OPS, Graph, Role
 from tofu.graph.memory import rule_for
 from tofu.search.constants import constant_tensors
@@ -54,9 +57,9 @@ from tofu.search.owners import parameter_pieces
 from tofu.graph.gradients import expansion_gradients, gives_gradient
 
 Box = tuple[tuple[int, int], ...]
-Gives = tuple[bool, bool]       # whether a symbol gives an input a gradient when one arrives at it, when zeros do
-PASSES: Gives = (True, False)   # a cut, a route, a kept part: a zero passes back
-RUNS: Gives = (True, True)      # a concat, a partial sum, a pad: its backward runs on zeros too
+Gives = int     # whether a symbol gives an input a gradient when one arrives at it (bit 0), when zeros do (bit 1)
+PASSES: Gives = 1   # a cut, a route, a kept part: a zero passes back
+RUNS: Gives = 3     # a concat, a partial sum, a pad: its backward runs on zeros too
 
 
 def copied_bytes(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]],
@@ -67,7 +70,8 @@ def copied_bytes(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[i
 
 
 def copies_and_kept(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]],
-                    choices: Sequence[Sequence[OpChoice]]) -> tuple[float, tuple[float, ...]]:
+                    choices: Sequence[Sequence[OpChoice]]
+                    ) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
     """:func:`copied_bytes`; per device the forward bytes it receives for the inputs of ops that keep them
     for the backward pass (:attr:`tofu.graph.memory.MemoryRule.keeps_inputs`): each region a device receives
     counted once, however many ops there read it (they read one copy), as MXNet holds it until the backward;
@@ -77,29 +81,89 @@ def copies_and_kept(graph: Graph, factors: Sequence[int], dims: Sequence[Sequenc
     return total, replay.kept_per_device(), replay.replicas_per_device()
 
 
+class _Symbols:
+    """The replay's symbols as arrays, grown by doubling: per symbol where its edges end, the bytes its copy
+    moves forward and backward (the latter when a gradient reaches it), whether it needs a gradient, the device
+    it was copied to (-1: not a copy), whether an op keeps it for the backward pass and, for a parameter shard,
+    its elements; per edge the symbol read and whether the reader gives it a gradient (:data:`Gives`)."""
+
+    _ROWS = (("ends", np.int64, 0), ("nbytes", np.float64, 0), ("back", np.float64, 0), ("needs", bool, 0),
+             ("dst", np.int64, -1), ("kept", bool, 0), ("shard", np.int64, 0))
+
+    def __init__(self, capacity: int = 1 << 14):
+        self.n = self.m = 0
+        for name, dtype, fill in self._ROWS:
+            setattr(self, name, np.full(capacity, fill, dtype=dtype))
+        self.edges = np.zeros(capacity, dtype=np.int64)
+        self.codes = np.zeros(capacity, dtype=np.int8)
+
+    def add(self, counts, edges, codes, nbytes=0.0, back=0.0, needs=False, dst=-1) -> np.ndarray:
+        """New symbols, one per entry of ``counts``, each reading the next that many of ``edges`` (with
+        ``codes``); their numbers, which follow every symbol's before them (a topological order)."""
+        counts = np.asarray(counts, dtype=np.int64)
+        n, m = len(counts), len(edges)
+        self._grow(self.n + n, self.m + m)
+        self.edges[self.m:self.m + m] = edges
+        self.codes[self.m:self.m + m] = codes
+        self.ends[self.n:self.n + n] = self.m + np.cumsum(counts)
+        self.nbytes[self.n:self.n + n] = nbytes
+        self.back[self.n:self.n + n] = back
+        self.needs[self.n:self.n + n] = needs
+        self.dst[self.n:self.n + n] = dst
+        ids = np.arange(self.n, self.n + n)
+        self.n, self.m = self.n + n, self.m + m
+        return ids
+
+    def _grow(self, n: int, m: int) -> None:
+        if n > len(self.ends):
+            size = max(n, 2 * len(self.ends))
+            for name, dtype, fill in self._ROWS:
+                old = getattr(self, name)
+                setattr(self, name, np.concatenate((old, np.full(size - len(old), fill, dtype=dtype))))
+        if m > len(self.edges):
+            size = max(m, 2 * len(self.edges))
+            self.edges = np.concatenate((self.edges, np.zeros(size - len(self.edges), dtype=np.int64)))
+            self.codes = np.concatenate((self.codes, np.zeros(size - len(self.codes), dtype=np.int8)))
+
+
+class _Batch:
+    """The cells that every call of one op reads of one tensor (or every holder reads of an op's output), in
+    order: per cell the entry it belongs to (a call's input, or a holder), the position of the piece it is cut
+    from, its box's number, elements, that piece's device, the destination and whether it is that piece itself
+    there; per entry its first cell and its number of cells."""
+
+    def __init__(self, cells: list[tuple], entries: int):
+        rows = np.array(cells, dtype=np.int64).reshape(len(cells), 7)
+        self.entry, self.piece, self.box, self.volume, self.device, self.dst, self.local = rows.T
+        self.local = self.local.astype(bool)
+        self.count = np.bincount(self.entry, minlength=entries)
+        self.first = np.concatenate(([0], np.cumsum(self.count)[:-1])) if entries else self.count
+        self.joined: np.ndarray | None = None       # (a read batch) per entry: its cells are assembled
+        self.entries: np.ndarray | None = None      # (a read batch) the entries' numbers among the op's
+        self.joined_at: np.ndarray | None = None    # (a read batch) the joined entries' positions
+
+
 class _Replay:
     """The rewriter's construction on boxes: every symbol it would build is a number with its inputs and, for a
-    piece that crosses devices, the bytes of its copy; what the graph outputs need is summed."""
+    piece that crosses devices, the bytes of its copy; what the graph outputs need is summed. Each op is
+    replayed for all its workers' calls at once: the cells they read (:class:`_Batch`, the same for the ops of
+    one signature reading pieces laid out alike: an RNN's timesteps) are cut and sent as arrays, a copy keyed by
+    its held symbol, box and destination packed in one integer."""
 
     def __init__(self, graph: Graph, factors: tuple[int, ...], dims, choices):
         self.graph, self.factors, self.choices = graph, factors, choices
         self.dims = [tuple(d) for d in dims]
         self.k = math.prod(factors)
+        if self.k >= 1 << 12:
+            raise SearchError(f"{self.k} workers: the count of copies numbers destinations in 12 bits")
         self.coords = [coordinates(w, factors) for w in range(self.k)]
-        self.inputs: list[tuple[int, ...]] = []    # per symbol: the symbols it reads
-        self.gives: list[tuple[Gives, ...]] = []   # per symbol: per input, whether it gives it a gradient
-        self.nbytes: list[float] = []              # per symbol: bytes its copy moves forward
-        self.back: list[float] = []                # per symbol: and backward, if a gradient reaches it
-        self.needs: list[bool] = []                # per symbol: it depends on a variable with a gradient
-        self.sent: dict[tuple, int] = {}           # (tensor, held symbol, box number, destination) -> its copy
-        self.assembled: dict[tuple, int] = {}      # (tensor, the cells' symbols, box, data) -> their assembly
+        self.sym = _Symbols()
+        self.sent: dict[int, dict[int, int]] = {}  # per tensor: (held symbol, box number, destination) -> its copy
+        self.assembled: dict[tuple, int] = {}       # (tensor, the cells' symbols, box, data) -> their assembly
         self.grads = graph.with_gradient
         self.const = constant_tensors(graph)
-        self.received: dict[int, tuple[int, float]] = {}   # per copied symbol: (destination, forward bytes)
-        self.params: dict[int, tuple[int, int]] = {}       # a parameter shard's symbol: (its elements, its tensor)
-        self.replicas: dict[int, tuple[int, int]] = {}     # a copy of a whole parameter shard: owner, shard
-        self.kept: set[int] = set()                         # copied symbols an op keeps for the backward pass
-        self.kept_live: set[int] = set()                   # the kept copies a graph output depends on (run)
+        self.params: dict[int, int] = {}            # a parameter shard's symbol: its tensor
+        self.replicas: list[tuple[int, int, int]] = []     # a copy of a whole parameter shard, its owner, the shard
         self.layouts: dict[int, tuple[list, int]] = {}       # id of a pieces list -> (the list, its layout)
         self.layout_ids: dict[tuple, int] = {}
         self.cells: dict[tuple, tuple] = {}     # (layout, data, destination) -> its cells: (position, box's
@@ -107,25 +171,11 @@ class _Replay:
         self.layout_arrays: dict[int, tuple] = {}             # layout -> its pieces' boxes as arrays (_arrays)
         self.boxes: dict[tuple, Box] = {}
         self.box_ids: dict[Box, int] = {}                     # a number for every cell box met
+        self.batches: dict[tuple, _Batch] = {}
+        self.reads: dict[tuple, tuple] = {}         # per calls and skipped inputs: what the calls read (_reads)
+        self.outputs: dict[tuple, tuple] = {}       # per calls and output: its pieces as computed (_produced)
+        self.holders: dict[tuple, list] = {}        # per shape and dims: the pieces every worker holds
         self.itemsize = [np.dtype(t.dtype).itemsize for t in graph.tensors]
-
-    def symbol(self, inputs=(), nbytes: float = 0.0, needs: bool = False, gives: Sequence[Gives] | None = None,
-               back: float = 0.0) -> int:
-        """A new symbol reading ``inputs`` (``gives``: per input, whether it gives it a gradient; default
-        :data:`PASSES`); it needs a gradient when it is a variable with one (``needs``) or reads one that needs
-        one through an input it gives a gradient (MXNet differentiates only towards the variables with one)."""
-        if gives is None:
-            gives = (PASSES,) * len(inputs)
-            needs = needs or any(self.needs[i] for i in inputs)
-        else:
-            gives = tuple(gives)
-            needs = needs or any(self.needs[i] for i, g in zip(inputs, gives) if g[0])
-        self.inputs.append(tuple(inputs))
-        self.gives.append(gives)
-        self.nbytes.append(nbytes)
-        self.back.append(back)
-        self.needs.append(needs)
-        return len(self.nbytes) - 1
 
     def box(self, t: int, w: int) -> Box:
         shape = self.graph.tensors[t].shape
@@ -142,118 +192,283 @@ class _Replay:
         return len(self.factors) - first
 
     def run(self) -> float:
-        graph = self.graph
+        graph, sym = self.graph, self.sym
         read = {t for n in graph.nodes for t in n.inputs}
         consumed = read | set(graph.heads)
-        held: dict[int, list] = {}     # per tensor: (device, box, partial key, symbol) of every held piece
-        owners = parameter_pieces(graph, self.factors, self.dims)
+        held: dict[int, tuple[list, np.ndarray]] = {}     # per tensor: its held pieces (device, box, partial key)
+        owners = parameter_pieces(graph, self.factors, self.dims)     # and their symbols
         for t in graph.tensors:
             if t.producer is None and t.role is not Role.AUX:
                 # a parameter's replicas read it from its owner
                 boxes = owners[t.id] if t.role is Role.PARAM else [(w, self.box(t.id, w)) for w in range(self.k)]
-                held[t.id] = [(w, b, (), self.symbol(needs=t.id in self.grads)) for w, b in boxes]
+                ids = sym.add(np.zeros(len(boxes)), (), (), needs=t.id in self.grads)
+                held[t.id] = ([(w, b, ()) for w, b in boxes], ids)
                 if t.role is Role.PARAM:
-                    self.params.update((h[3], (math.prod(hi - lo for lo, hi in h[1]), t.id)) for h in held[t.id])
+                    sym.shard[ids] = [math.prod(hi - lo for lo, hi in b) for _, b in boxes]
+                    self.params.update((s, t.id) for s in ids.tolist())
         exchanges: list[tuple[list[int], float]] = []
         for node in graph.nodes:
             if node.outputs and node.outputs[0] in self.const:
                 continue            # computed where it is read, the region read: nothing crosses devices
-            keeps = rule_for(node).keeps_inputs
             calls = _calls(node.op, node.attrs, tuple(graph.tensors[t].shape for t in node.inputs),
                            tuple(graph.tensors[t].shape for t in node.outputs), tuple(self.choices[node.id]),
                            self.factors)
-            syms, needs = [], []       # per call: its symbol, and whether its first input's pieces need a gradient
-            for call in calls:
-                reads, gives, first = [], [], []
-                for q, p in enumerate(call.inputs):
-                    t = node.inputs[p.input]
-                    if p.zeroed or not p.read or graph.tensors[t].role is Role.AUX or t in self.const:
-                        continue        # zeros, an input the expansion ignores, state kept on the device, or a
-                        #                 constant computed there
-                    got = self.gather(t, held[t], p.box, call.worker, p.data)
-                    if keeps:
-                        self.kept.update(got)
-                    if len(got) > 1 or (p.data is not None and p.data != p.box):
-                        # assembled (concat, add_n, pad) once per device and region: its readers share it
-                        key = (t, tuple(got), p.box, p.data)
-                        made = self.assembled.get(key)
-                        if made is None:
-                            made = self.assembled[key] = self.symbol(got, gives=(RUNS,) * len(got))
-                        got = [made]
-                    reads += got
-                    gives += [_gives(node.op, call, q)] * len(got)
-                    if p.input == 0:
-                        first += got
-                syms.append(self.symbol(reads, gives=gives))
-                needs.append(any(self.needs[g] for g in first))
+            syms, first_needs = self.read(node, calls, held)
             if calls[0].exchange_steps:
-                exchanges += self.exchange(node, calls, syms, needs)
+                exchanges += self.exchange(node, calls, syms.tolist(), first_needs.tolist())
             for o, t in enumerate(node.outputs):
-                if t not in consumed:
-                    continue
-                produced = [(c.worker, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial),
-                             s) for c, s in zip(calls, syms)]
-                if node.op in LOSS_OPS:         # one copy of each piece is read
-                    first: dict[tuple, tuple] = {}
-                    for h in produced:
-                        first.setdefault((h[1], h[2]), h)
-                    produced = list(first.values())
-                if t not in read and all(not h[2] for h in produced):
-                    held[t] = produced          # a graph output no op reads: handed out as computed
-                    continue
-                if len(produced) == self.k and all(h[0] == w and not h[2] and h[1] == self.box(t, w)
-                                                   for w, h in enumerate(produced)):
-                    held[t] = produced          # computed as it is held (what the gather below would give)
-                    continue
-                held[t] = [(w, self.box(t, w), (), self.held_piece(self.gather(t, produced, self.box(t, w), w)))
-                           for w in range(self.k)]
+                if t in consumed:
+                    held[t] = self.hold(node.op, t, calls, o, syms, t in read)
         roots = []
         for t in dict.fromkeys(graph.heads):
             boxes = set()
-            for w, b, _, s in held[t]:
+            for (_, b, _), s in zip(held[t][0], held[t][1].tolist()):
                 if b not in boxes:
                     boxes.add(b)
                     roots.append(s)
         live, reached = self.walk_back(roots)
-        self.kept_live = {s for s in self.kept if live[s]}
-        self.replicas_live = {s: (owner, reached[s]) for s, owner in self.replicas.items() if live[s]}
-        total = sum(self.nbytes[s] + (self.back[s] if reached[s] else 0.0) for s, on in enumerate(live) if on)
+        n = sym.n
+        self.live = live
+        self.reached = reached
+        total = float(sym.nbytes[:n][live].sum() + sym.back[:n][live & reached].sum())
         return total + sum(nbytes for group, nbytes in exchanges if any(live[s] for s in group))
 
-    def held_piece(self, cells: list[int]) -> int:
-        """A holder's piece of an op's output, from the cells of its pieces (several: assembled; one made on the
-        holder's device is that piece itself: what a piece received is, the memory count tells apart)."""
-        if len(cells) == 1 and cells[0] not in self.received:
-            return cells[0]
-        return self.symbol(cells, gives=(RUNS if len(cells) > 1 else PASSES,) * len(cells))
+    def read(self, node, calls, held) -> tuple[np.ndarray, np.ndarray]:
+        """The symbols of ``node``'s calls, each reading the cells of its input pieces from their holders
+        (assembled by concat, add_n or pad once per device and region: readers share it), and per call whether
+        its first input's pieces need a gradient."""
+        graph, sym = self.graph, self.sym
+        skip = tuple(graph.tensors[t].role is Role.AUX or t in self.const for t in node.inputs)
+        call_of, code_of, first_of, by_input, regions = self._reads(node.op, calls, skip)
+        keeps = rule_for(node).keeps_inputs
+        item_entry, item_sym = [], []
+        for p, entries in by_input.items():
+            t = node.inputs[p]
+            pieces, holders = held[t]
+            batch = self._batch(("read", self.layout(pieces), id(regions), p), pieces,
+                                [(regions[e][0], regions[e][1], calls[call_of[e]].worker) for e in entries])
+            got = holders[batch.piece]
+            remote = ~batch.local
+            if remote.any():
+                got[remote] = self.copies(t, got[remote], batch, remote)
+            if keeps:
+                sym.kept[got] = True
+            if batch.joined is None:    # the entries whose cells are assembled; the others' cells read as they are
+                batch.joined = np.array([(regions[e][1] is not None and regions[e][1] != regions[e][0])
+                                         or batch.count[j] > 1 for j, e in enumerate(entries)], dtype=bool)
+                batch.entries = np.asarray(entries, dtype=np.int64)
+            joined = batch.joined
+            entry = batch.entries[batch.entry]
+            alone = ~joined[batch.entry]
+            item_entry.append(entry[alone])
+            item_sym.append(got[alone])
+            if batch.joined_at is None:
+                batch.joined_at = np.flatnonzero(joined)
+            if len(batch.joined_at):
+                item_entry.append(batch.entries[batch.joined_at])
+                item_sym.append(self.assemble(t, got, batch, [regions[entries[j]] for j in batch.joined_at.tolist()]))
+        n = len(calls)
+        if item_entry:
+            entry = np.concatenate(item_entry)
+            order = np.argsort(entry, kind="stable")
+            entry, items = entry[order], np.concatenate(item_sym)[order]
+        else:
+            entry = items = np.zeros(0, dtype=np.int64)
+        call, codes = call_of[entry], code_of[entry]
+        needs = sym.needs[items]
+        passing = np.bincount(call[needs & (codes & 1).astype(bool)], minlength=n) > 0
+        first = np.bincount(call[needs & first_of[entry]], minlength=n) > 0
+        return sym.add(np.bincount(call, minlength=n), items, codes, needs=passing), first
 
-    def walk_back(self, roots: list[int]) -> tuple[list[bool], list[bool]]:
+    def assemble(self, t: int, got: np.ndarray, batch: _Batch, regions: list[tuple]) -> np.ndarray:
+        """The assemblies (concat, add_n, pad) of the cells ``got`` of the batch's joined entries, each read as
+        (box, data) of ``regions``: one per device and region, which its readers share."""
+        cells, first, count = got.tolist(), batch.first.tolist(), batch.count.tolist()
+        made, new = [], {}
+        for j, (box, data) in zip(batch.joined_at.tolist(), regions):
+            key = (t, tuple(cells[first[j]:first[j] + count[j]]), box, data)
+            number = self.assembled.get(key)
+            if number is None:
+                number = new.setdefault(key, -1 - len(new))      # made below, after every one is known
+            made.append(number)
+        if new:
+            counts = np.array([len(key[1]) for key in new], dtype=np.int64)
+            reads = np.fromiter((c for key in new for c in key[1]), dtype=np.int64, count=int(counts.sum()))
+            needs = np.bincount(np.repeat(np.arange(len(counts)), counts)[self.sym.needs[reads]],
+                                minlength=len(counts)) > 0
+            ids = self.sym.add(counts, reads, RUNS, needs=needs)
+            self.assembled.update(zip(new, ids.tolist()))
+            made = [ids[-1 - m] if m < 0 else m for m in made]
+        return np.array(made, dtype=np.int64)
+
+    def _reads(self, op, calls, skip) -> tuple:
+        """What ``calls`` read (their inputs not zeroed, read, and not ``skip``: state kept on the device or a
+        constant computed there): per entry (a call's input) its call's position, :data:`Gives` and whether it is
+        the op's first input; the entries per op input; and per entry its (box, data)."""
+        key = (id(calls), skip)
+        hit = self.reads.get(key)
+        if hit is None or hit[0] is not calls:
+            call_of, codes, first, by_input, regions = [], [], [], {}, []
+            for c, call in enumerate(calls):
+                for q, p in enumerate(call.inputs):
+                    if p.zeroed or not p.read or skip[p.input]:
+                        continue
+                    by_input.setdefault(p.input, []).append(len(regions))
+                    call_of.append(c)
+                    g = _gives(op, call, q)
+                    codes.append(int(g[0]) | int(g[1]) << 1)
+                    first.append(p.input == 0)
+                    regions.append((p.box, p.data))
+            hit = self.reads[key] = (calls, (np.array(call_of, dtype=np.int64), np.array(codes, dtype=np.int8),
+                                             np.array(first, dtype=bool), by_input, regions))
+        return hit[1]
+
+    def _batch(self, key: tuple, pieces, wanted: list[tuple]) -> _Batch:
+        """The cells of every (box, data, destination) of ``wanted`` read from ``pieces`` (cached by ``key``)."""
+        batch = self.batches.get(key)
+        if batch is None:
+            layout = self.layout(pieces)
+            arrays = self.layout_arrays.get(layout)
+            if arrays is None:
+                arrays = self.layout_arrays[layout] = _arrays(pieces)
+            rows = []
+            for e, (box, data, dst) in enumerate(wanted):
+                data = box if data is None else data
+                cells = self.cells.get((layout, data, dst))
+                if cells is None:
+                    cells = self.cells[(layout, data, dst)] = tuple(
+                        (i, self.box_ids.setdefault(cell, len(self.box_ids)), math.prod(b - a for a, b in cell),
+                         pieces[i][0] == dst and cell == pieces[i][1])
+                        for i, cell in _cells(pieces, data, dst, self.distance, arrays))
+                rows += [(e, i, box_id, volume, pieces[i][0], dst, local) for i, box_id, volume, local in cells]
+            batch = self.batches[key] = _Batch(rows, len(wanted))
+        return batch
+
+    def copies(self, t: int, held: np.ndarray, batch: _Batch, mask: np.ndarray) -> np.ndarray:
+        """The symbols of the cells of ``batch`` under ``mask``, cut from the held pieces' symbols ``held``:
+        each cut on its holder's device and sent once per destination (a cell met again is its first copy)."""
+        box, volume, device, dst = batch.box[mask], batch.volume[mask], batch.device[mask], batch.dst[mask]
+        sent = self.sent.setdefault(t, {})
+        if len(self.box_ids) >= 1 << 20:
+            raise SearchError("the count of copies numbers cell boxes in 20 bits: too many boxes")
+        keys = (held << 32) | (box << 12) | dst
+        found = np.fromiter(map(sent.get, keys.tolist(), itertools.repeat(-1)), dtype=np.int64, count=len(keys))
+        miss = found < 0
+        if miss.any():
+            unique, first, inverse = np.unique(keys[miss], return_index=True, return_inverse=True)
+            source, volume, device, dst = held[miss][first], volume[miss][first], device[miss][first], dst[miss][first]
+            forward = np.where(device != dst, volume * self.itemsize[t], 0).astype(np.float64)
+            needs = self.sym.needs[source]        # a cut passes a gradient: it needs one when its source does
+            ids = self.sym.add(np.ones(len(source)), source, PASSES, forward,
+                               np.where(needs, forward, 0.0) if t in self.grads else 0.0, needs,
+                               np.where(forward > 0, dst, -1))
+            sent.update(zip(unique.tolist(), ids.tolist()))
+            whole = (forward > 0) & (self.sym.shard[source] == volume)      # all of a parameter shard
+            self.replicas += [(s, d, src) for s, src, d in zip(ids[whole].tolist(), source[whole].tolist(),
+                                                               device[whole].tolist()) if self.params.get(src) == t]
+            found[miss] = ids[inverse]
+        return found
+
+    def hold(self, op: str, t: int, calls, o: int, syms: np.ndarray, read: bool) -> tuple[list, np.ndarray]:
+        """Output ``o`` of the calls (symbols ``syms``) turned into every holder's box of tensor t: partial sums
+        reduced there, a loss's pieces read once (the others would inject its gradient again), a graph output
+        that no op reads handed out as computed."""
+        pieces, kept, as_held = self._produced(op, t, calls, o)
+        produced = syms[kept]
+        if (not read and all(not h[2] for h in pieces)) or as_held:
+            return pieces, produced     # as computed, or computed as it is held (what the gather would give)
+        shape = self.graph.tensors[t].shape
+        holders = self.holders.get((shape, self.dims[t]))
+        if holders is None:
+            holders = self.holders[(shape, self.dims[t])] = [(w, self.box(t, w), ()) for w in range(self.k)]
+        batch = self._batch(("hold", self.layout(pieces), shape, self.dims[t]), pieces,
+                            [(box, None, w) for w, box, _ in holders])
+        got = produced[batch.piece]
+        remote = ~batch.local
+        if remote.any():
+            got[remote] = self.copies(t, got[remote], batch, remote)
+        # a holder's piece: one cell made on its device is that piece itself; a received one or several cells
+        # are assembled (what a piece received is, the memory count tells apart)
+        count, first = batch.count, batch.first
+        single = count == 1
+        out = np.full(self.k, -1, dtype=np.int64)
+        own = np.flatnonzero(single)
+        own = own[self.sym.dst[got[first[own]]] < 0]
+        out[own] = got[first[own]]
+        new = np.flatnonzero(out < 0)
+        cells = np.isin(batch.entry, new)
+        codes = np.where(count[batch.entry[cells]] > 1, RUNS, PASSES)
+        needs = np.bincount(batch.entry[cells][self.sym.needs[got[cells]]], minlength=self.k)[new] > 0
+        out[new] = self.sym.add(count[new], got[cells], codes, needs=needs)
+        return holders, out
+
+    def _produced(self, op: str, t: int, calls, o: int) -> tuple[list, np.ndarray, bool]:
+        """Output ``o`` of ``calls`` as computed: its pieces (worker, box, partial key), the calls they come
+        from (of a loss, the first call of each piece: one copy of each is read), and whether they are every
+        worker's held box of t."""
+        key = (id(calls), o, self.graph.tensors[t].shape, self.dims[t])
+        hit = self.outputs.get(key)
+        if hit is None or hit[0] is not calls:
+            produced = [((c.worker, c.outputs[o].box, tuple(self.coords[c.worker][j] for j in c.outputs[o].partial)),
+                         i) for i, c in enumerate(calls)]
+            if op in LOSS_OPS:
+                first: dict[tuple, tuple] = {}
+                for h, i in produced:
+                    first.setdefault((h[1], h[2]), (h, i))
+                produced = list(first.values())
+            pieces = [h for h, _ in produced]
+            as_held = len(pieces) == self.k and all(h[0] == w and not h[2] and h[1] == self.box(t, w)
+                                                    for w, h in enumerate(pieces))
+            hit = self.outputs[key] = (calls, (pieces, np.array([i for _, i in produced], dtype=np.int64), as_held))
+        return hit[1]
+
+    def walk_back(self, roots: list[int]) -> tuple[np.ndarray, np.ndarray]:
         """Per symbol, whether a graph output depends on it (MXNet runs it), and whether a gradient reaches it,
         not only MXNet's zeros: the outputs' does; then, back from the outputs, each live symbol gives its inputs
-        one as ``gives`` says. Symbols are numbered in a topological order: one pass, highest first."""
-        live = [False] * len(self.nbytes)
-        reached = [False] * len(self.nbytes)
-        for s in roots:
-            live[s] = reached[s] = True
-        for s in range(len(live) - 1, -1, -1):
+        one as its :data:`Gives` say.
+
+        With L the symbols an output reaches over any edge, and R those a gradient reaches: R is what the edges
+        that pass a gradient (bit 0) reach from the outputs and from the inputs that a live symbol's backward
+        gives one even from zeros (bit 1: a concat, a partial sum, a pad), when every such edge also passes a
+        gradient (a backward that runs on zeros runs on a gradient): two breadth-first searches. Otherwise, one
+        pass in the symbols' (topological) order, highest first."""
+        sym, n = self.sym, self.sym.n
+        indptr = np.zeros(n + 2, dtype=np.int64)
+        indptr[1:n + 1] = sym.ends[:n]
+        targets, codes = sym.edges[:sym.m], sym.codes[:sym.m]
+        passes, zeros = (codes & 1).astype(bool), (codes & 2).astype(bool)
+        seeds = np.asarray(roots, dtype=np.int64)
+        if (zeros & ~passes).any():
+            return self._walk_back_in_order(seeds)
+        live = _reach(indptr, targets, seeds, n)
+        passing = np.zeros(n + 2, dtype=np.int64)        # the passing edges' ends, symbol by symbol
+        passing[1:n + 1] = np.concatenate(([0], np.cumsum(passes)))[indptr[1:n + 1]]
+        zeros &= np.repeat(live, np.diff(indptr[:n + 1]))
+        return live, _reach(passing, targets[passes], np.concatenate((seeds, targets[zeros])), n)
+
+    def _walk_back_in_order(self, roots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`walk_back` as one pass from the highest symbol down (symbols are numbered in a topological
+        order), for edges that pass zeros back where they pass no gradient."""
+        sym = self.sym
+        live, reached = np.zeros(sym.n, dtype=bool), np.zeros(sym.n, dtype=bool)
+        live[roots] = reached[roots] = True
+        ends, edges, codes = sym.ends.tolist(), sym.edges.tolist(), sym.codes.tolist()
+        for s in range(sym.n - 1, -1, -1):
             if not live[s]:
                 continue
-            side = 0 if reached[s] else 1
-            for i, g in zip(self.inputs[s], self.gives[s]):
-                live[i] = True
-                if g[side]:
-                    reached[i] = True
+            bit = 1 if reached[s] else 2
+            for e in range(ends[s - 1] if s else 0, ends[s]):
+                live[edges[e]] = True
+                if codes[e] & bit:
+                    reached[edges[e]] = True
         return live, reached
 
     def kept_per_device(self) -> tuple[float, ...]:
         """Per device, the forward bytes of the copies it receives and keeps for the backward pass (after
         :meth:`run`; each copy once)."""
-        out = [0.0] * self.k
-        for s in self.kept_live:
-            hit = self.received.get(s)
-            if hit is not None:
-                out[hit[0]] += hit[1]
-        return tuple(out)
+        sym, n = self.sym, self.sym.n
+        kept = sym.kept[:n] & self.live & (sym.dst[:n] >= 0)
+        return tuple(np.bincount(sym.dst[:n][kept], weights=sym.nbytes[:n][kept], minlength=self.k).tolist())
 
     def replicas_per_device(self) -> tuple[float, ...]:
         """Per device, what the runtime's parameter replicas hold beyond the copies :meth:`kept_per_device`
@@ -261,69 +476,23 @@ class _Replay:
         resident): a replica's weight where no op keeps it for the backward pass, and when a gradient reaches it
         its gradient there; on the owner of a shard whose replicas send gradients, one buffer of the shard's
         size that receives them in turn (after :meth:`run`)."""
-        out = [0.0] * self.k
-        receiving: dict[int, tuple[int, float]] = {}
-        for s, ((owner, shard), gradient) in self.replicas_live.items():
-            dst, nbytes = self.received[s]
-            out[dst] += (0.0 if s in self.kept_live else nbytes) + (nbytes if gradient else 0.0)
-            if gradient:
-                receiving[shard] = (owner, nbytes)
-        for owner, nbytes in receiving.values():        # one buffer per shard, whatever the replicas
-            out[owner] += nbytes
-        return tuple(out)
-
-    def gather(self, t: int, pieces, box: Box, dst: int, data: Box | None = None) -> list[int]:
-        """The symbols that assemble ``data`` (default: ``box``) of tensor t on ``dst`` from the pieces: the
-        cells the pieces' edges cut it into, each from the nearest piece of every partial-sum class."""
-        data = box if data is None else data
-        layout = self.layout(pieces)
-        key = (layout, data, dst)
-        cells = self.cells.get(key)
-        if cells is None:
-            arrays = self.layout_arrays.get(layout)
-            if arrays is None:
-                arrays = self.layout_arrays[layout] = _arrays(pieces)
-            cells = self.cells[key] = tuple(
-                (i, self.box_ids.setdefault(cell, len(self.box_ids)), math.prod(b - a for a, b in cell),
-                 pieces[i][0] == dst and cell == pieces[i][1])
-                for i, cell in _cells(pieces, data, dst, self.distance, arrays))
-        got = []
-        for i, box_id, volume, local in cells:
-            sym = pieces[i][3]
-            if local:                       # the holder's piece itself
-                got.append(sym)
-                continue
-            sent = self.sent.get((t, sym, box_id, dst))
-            got.append(self.piece(t, pieces[i][0], sym, box_id, volume, dst) if sent is None else sent)
-        return got
+        copy, owner, shard = np.array(self.replicas, dtype=np.int64).reshape(-1, 3).T
+        live = self.live[copy]
+        copy, owner, shard = copy[live], owner[live], shard[live]
+        gradient, nbytes = self.reached[copy], self.sym.nbytes[copy]
+        out = np.bincount(self.sym.dst[copy], weights=np.where(self.sym.kept[copy], 0.0, nbytes)
+                          + np.where(gradient, nbytes, 0.0), minlength=self.k)
+        _, first = np.unique(shard[gradient], return_index=True)    # one buffer per shard, whatever the replicas
+        out += np.bincount(owner[gradient][first], weights=nbytes[gradient][first], minlength=self.k)
+        return tuple(out.tolist())
 
     def layout(self, pieces) -> int:
         """A number for the (device, box, partial key) of every piece of ``pieces``: lists alike in them (the
         timesteps of an RNN layer, the blocks of a network) are cut into the same cells."""
         seen = self.layouts.get(id(pieces))
         if seen is None or seen[0] is not pieces:       # the list is kept in the entry: its id stays its own
-            shape = tuple(h[:3] for h in pieces)
-            seen = self.layouts[id(pieces)] = (pieces, self.layout_ids.setdefault(shape, len(self.layout_ids)))
+            seen = self.layouts[id(pieces)] = (pieces, self.layout_ids.setdefault(tuple(pieces), len(self.layout_ids)))
         return seen[1]
-
-    def piece(self, t: int, device: int, sym: int, box_id: int, volume: int, dst: int) -> int:
-        """A new symbol for the box numbered ``box_id`` (``volume`` elements) of a held piece (``sym``, on
-        ``device``), readable on ``dst``: cut on the holder's device and sent once per destination (:meth:`gather`
-        finds it in ``sent`` after). A held piece's symbol stands for its (device, box, partial key): within one
-        tensor no two held pieces share a symbol."""
-        forward = volume * self.itemsize[t] if device != dst else 0.0
-        needs = self.needs[sym]             # a cut passes a gradient: it needs one when its source does
-        self.inputs.append((sym,))
-        self.gives.append((PASSES,))
-        self.nbytes.append(forward)
-        self.back.append(forward if needs and t in self.grads else 0.0)
-        self.needs.append(needs)
-        got = self.sent[(t, sym, box_id, dst)] = len(self.nbytes) - 1
-        if forward:
-            self.received[got] = (dst, forward)
-            if sym in self.params and self.params[sym] == (volume, t):       # all of a parameter shard
-                self.replicas[got] = (device, sym)
-        return got
 
     def exchange(self, node, calls, syms: Sequence[int], needs: Sequence[bool]) -> list[tuple[list[int], float]]:
         """The statistics all-reduce of an op run by its expansion, per group of the n workers that differ only
@@ -363,7 +532,22 @@ class _Replay:
         return out
 
 
-def _gives(op: str, call, q: int) -> Gives:
+def _reach(indptr: np.ndarray, targets: np.ndarray, seeds: np.ndarray, n: int) -> np.ndarray:
+    """Which of ``n`` nodes the edges reach from ``seeds`` (them included): node s's edges go to
+    ``targets[indptr[s]:indptr[s + 1]]``; ``indptr`` has n + 2 entries, its last free for a node n that points at
+    the seeds."""
+    if not len(seeds):
+        return np.zeros(n, dtype=bool)
+    indptr = indptr.copy()
+    indptr[n + 1] = indptr[n] + len(seeds)
+    graph = csr_matrix((np.ones(indptr[n + 1]), np.concatenate((targets, seeds)), indptr), shape=(n + 1, n + 1))
+    graph.has_sorted_indices = True     # the search's order does not matter: scipy need not sort them
+    out = np.zeros(n + 1, dtype=bool)
+    out[breadth_first_order(graph, n, directed=True, return_predecessors=False)] = True
+    return out[:n]
+
+
+def _gives(op: str, call, q: int) -> tuple[bool, bool]:
     """Whether worker ``call``'s call of ``op`` gives its input ``q`` (a position in ``call.inputs``) a gradient
     when one arrives at its outputs, when only zeros do: its expansion's symbol says, else MXNet's rule for op."""
     if call.expansion:
