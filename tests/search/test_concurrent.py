@@ -6,8 +6,10 @@ The reference is the same call with ``concurrent=False``; the fork is forced (a 
 """
 import json
 import os
+import time
 
 import mxnet as mx
+import numpy as np
 import pytest
 
 from tofu.errors import SearchError
@@ -136,33 +138,44 @@ def test_small_graphs_never_fork():
 
 @pytest.fixture
 def prefixes(monkeypatch):
-    """Forces the fork of the plan's prefix recounts and records each child's answer (None: none)."""
+    """Forces the fork of the plan's prefix recounts; records what each child had sent when last asked, and
+    the cuts of every count made in this process. This process's counts wait 0.5 s first, so that a child
+    that counts has sent everything by the time it is asked."""
     monkeypatch.setattr(algorithms, "_fork_pays", lambda graph: True)
-    answers = []
-    values = algorithms._Forked.values
+    parent, count = os.getpid(), algorithms.copies_and_kept
+    record = {"sent": [], "here": []}
+    arrived = algorithms._Forked.arrived
 
-    def recorded(self, timeout_s):
-        got = values(self, timeout_s)
+    def recorded(self, *args):
+        got = arrived(self, *args)
         if not isinstance(self, algorithms._Ahead):
-            answers.append(got)
+            record["sent"].append(got)
         return got
 
-    monkeypatch.setattr(algorithms._Forked, "values", recorded)
-    return answers
+    def slowed(graph, factors, *args):
+        if os.getpid() == parent:
+            record["here"].append(len(factors))
+            time.sleep(0.5)
+        return count(graph, factors, *args)
+
+    monkeypatch.setattr(algorithms._Forked, "arrived", recorded)
+    monkeypatch.setattr(algorithms, "copies_and_kept", slowed)
+    return record
 
 
 @pytest.mark.parametrize("name, batch, workers", [("rnn-tiny", 16, 8), ("wresnet-tiny", 16, 4), ("gpt-tiny", 64, 8)])
 def test_prefixes_recounted_in_a_fork_give_the_sequential_plan(prefixes, name, batch, workers):
-    """Each step's bytes are the recount of its prefix of cuts less the one before: counted in a child while
-    the last prefix is counted here, they are the same floats."""
+    """Each step's bytes are the recount of its prefix of cuts less the one before: counted in a child (the
+    longest first) while the last prefix is counted here, they are the same floats."""
     g = graph(name, batch)
     sequential = plan_graph(g, workers, "tofu", concurrent=False)
-    assert not prefixes
+    prefixes["here"].clear()
     got = plan_graph(g, workers, "tofu")
-    if len(got.steps) > 1:
-        assert len(prefixes) == 1 and prefixes[0] is not None and len(prefixes[0]) == len(got.steps) - 1
-    else:
-        assert not prefixes
+    n = len(got.steps)
+    assert n > 1
+    totals = np.cumsum([s.cost_bytes for s in sequential.steps])
+    assert prefixes["here"] == [n]          # the last here; every prefix from the child, longest first
+    assert prefixes["sent"] and prefixes["sent"][-1] == tuple(totals[:-1][::-1])
     assert plan_doc(got) == plan_doc(sequential)
 
 
@@ -177,5 +190,6 @@ def test_a_prefix_count_that_dies_is_counted_again_here(prefixes, monkeypatch):
     monkeypatch.setattr(algorithms, "copies_and_kept", patched)
     g = graph("rnn-tiny", 16)
     got = plan_graph(g, 8, "tofu")
-    assert prefixes == [None]
+    assert prefixes["sent"] and not any(prefixes["sent"])
+    assert sorted(prefixes["here"]) == list(range(1, len(got.steps) + 1))
     assert plan_doc(got) == plan_doc(plan_graph(g, 8, "tofu", concurrent=False))

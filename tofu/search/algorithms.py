@@ -20,7 +20,7 @@ import select
 import signal
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -176,14 +176,15 @@ def _fork_pays(graph: Graph) -> bool:
 
 
 class _Forked:
-    """Floats computed in a forked process (8 bytes each; nothing else crosses): the caller computes them
-    itself when the child gives no answer, so what it returns never depends on the fork."""
+    """Floats computed in a forked process, each sent as it is done (8 bytes each; nothing else crosses): the
+    caller computes itself what the child does not give, so what it returns never depends on the fork."""
 
     def __init__(self, pid: int, fd: int, count: int):
         self._pid, self._fd, self._count = pid, fd, count
+        self._got = b""
 
     @classmethod
-    def start(cls, compute: Callable[[], Sequence[float]], count: int, what: str) -> "_Forked | None":
+    def start(cls, compute: Callable[[], Iterable[float]], count: int, what: str) -> "_Forked | None":
         """``compute()`` (``count`` floats, ``what`` they are) run in a child, or None when no child starts."""
         try:
             read, write = os.pipe()
@@ -195,10 +196,11 @@ class _Forked:
             code = 1
             try:
                 os.close(read)
-                values = tuple(float(v) for v in compute())
-                if len(values) == count:
-                    os.write(write, struct.pack(f"{count}d", *values))
-                    code = 0
+                sent = 0
+                for value in compute():
+                    os.write(write, struct.pack("d", float(value)))
+                    sent += 1
+                code = 0 if sent == count else 1
             except BaseException:         # noqa: BLE001 (the parent computes it again and reports it)
                 pass
             finally:
@@ -208,18 +210,27 @@ class _Forked:
 
     def values(self, timeout_s: float) -> tuple[float, ...] | None:
         """The child's floats, or None when it failed, died or gave no answer within ``timeout_s``."""
-        size, got = 8 * self._count, b""
+        got = self.arrived(self._count, timeout_s)
+        if len(got) < self._count:
+            log.info("the forked process gave no full answer within %.0f s: computing it here", timeout_s)
+            return None
+        return got
+
+    def arrived(self, count: int = 0, timeout_s: float = 0.0) -> tuple[float, ...]:
+        """The floats the child has sent, in its order: all that came so far, waiting up to ``timeout_s`` while
+        fewer than ``count`` came (it may die or take longer)."""
         deadline = time.monotonic() + timeout_s
-        while len(got) < size:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._fd], [], [], left)[0]:
-                log.info("the forked process gave no answer within %.0f s: computing it here", timeout_s)
-                return None
-            chunk = os.read(self._fd, size - len(got))
-            if not chunk:                 # the child closed the pipe without a full answer
-                return None
-            got += chunk
-        return struct.unpack(f"{self._count}d", got)
+        while len(self._got) < 8 * self._count:
+            wait = deadline - time.monotonic() if len(self._got) < 8 * count else 0.0
+            if not select.select([self._fd], [], [], max(0.0, wait))[0] or not self._read():
+                break           # nothing more for now, or the child closed the pipe
+        done = len(self._got) // 8
+        return struct.unpack(f"{done}d", self._got[:8 * done])
+
+    def _read(self) -> bool:
+        chunk = os.read(self._fd, 8 * self._count - len(self._got))
+        self._got += chunk
+        return bool(chunk)
 
     def close(self) -> None:
         """Stops the child if it still runs, and reaps it."""
@@ -334,22 +345,33 @@ def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, concurrent: b
     piece or MXNet runs no op that needs one; for a plan the runtime cannot run (a search without the
     runnability check), they are kept, and the per-device bytes are None.
 
-    The prefixes' counts (2 + 4 + ... + k/2 workers' calls: about as many as the last count's k) run in a
-    forked process while the last is counted here, with ``concurrent`` and a core to spare."""
+    With ``concurrent`` and a core to spare, a forked process counts the prefixes from the longest down while
+    the last is counted here, and then the shortest ones here up, until the two meet (a count costs a part per
+    op and a part per worker's call: which side is quicker depends on the graph); the one the child is counting
+    when they meet is waited for."""
     def count(j: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
         return copies_and_kept(graph, [s.factor for s in steps[:j]],
                                [tuple(s.tensor_dims[t.id] for s in steps[:j]) for t in graph.tensors],
                                [tuple(c[n.id] for c in choices[:j]) for n in graph.nodes])
 
     n = len(steps)
-    child = _Forked.start(lambda: [count(j)[0] for j in range(1, n)], n - 1, "the plan's prefixes") \
+    down = tuple(range(n - 1, 0, -1))      # the child's order
+    child = _Forked.start(lambda: (count(j)[0] for j in down), n - 1, "the plan's prefixes") \
         if concurrent and n > 1 and _fork_pays(graph) else None
     try:
         start = time.perf_counter()
         total, kept, replicas = count(n) if n else (0.0, (), ())
-        prefixes = child.values(timeout_s=max(5.0, 2 * (time.perf_counter() - start))) if child else None
-        if prefixes is None:
-            prefixes = [count(j)[0] for j in range(1, n)]
+        wait = max(5.0, 2 * (time.perf_counter() - start))     # bounds a child stuck at fork (a lock held)
+        known: dict[int, float] = {}
+        for j in range(1, n):
+            if child is not None:
+                sent = child.arrived()
+                if len(sent) < len(down) and down[len(sent)] == j:     # the child counts it now
+                    sent = child.arrived(len(sent) + 1, wait)
+                known.update(zip(down, sent))
+            if j not in known:
+                known[j] = count(j)[0]
+        prefixes = [known[j] for j in range(1, n)]
     except TofuError:
         return [float(s.cost) for s in steps], None, None
     finally:

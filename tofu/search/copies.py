@@ -97,22 +97,29 @@ class _Symbols:
         self.edges = np.zeros(capacity, dtype=np.int64)
         self.codes = np.zeros(capacity, dtype=np.int8)
 
-    def add(self, counts, edges, codes, nbytes=0.0, back=0.0, needs=False, dst=-1) -> np.ndarray:
+    def add(self, counts, edges, codes, nbytes=None, back=None, needs=None, dst=None) -> np.ndarray:
         """New symbols, one per entry of ``counts``, each reading the next that many of ``edges`` (with
-        ``codes``); their numbers, which follow every symbol's before them (a topological order)."""
-        counts = np.asarray(counts, dtype=np.int64)
-        n, m = len(counts), len(edges)
-        self._grow(self.n + n, self.m + m)
-        self.edges[self.m:self.m + m] = edges
-        self.codes[self.m:self.m + m] = codes
-        self.ends[self.n:self.n + n] = self.m + np.cumsum(counts)
-        self.nbytes[self.n:self.n + n] = nbytes
-        self.back[self.n:self.n + n] = back
-        self.needs[self.n:self.n + n] = needs
-        self.dst[self.n:self.n + n] = dst
-        ids = np.arange(self.n, self.n + n)
-        self.n, self.m = self.n + n, self.m + m
-        return ids
+        ``codes``); their numbers, which follow every symbol's before them (a topological order). A row not
+        given keeps its fill (no bytes, no gradient needed, not a copy)."""
+        n0, m0 = self.n, self.m
+        n, m = n0 + len(counts), m0 + len(edges)
+        if n > len(self.ends) or m > len(self.edges):
+            self._grow(n, m)
+        self.edges[m0:m] = edges
+        self.codes[m0:m] = codes
+        ends = self.ends[n0:n]
+        counts.cumsum(out=ends)
+        ends += m0
+        if nbytes is not None:
+            self.nbytes[n0:n] = nbytes
+        if back is not None:
+            self.back[n0:n] = back
+        if needs is not None:
+            self.needs[n0:n] = needs
+        if dst is not None:
+            self.dst[n0:n] = dst
+        self.n, self.m = n, m
+        return np.arange(n0, n)
 
     def _grow(self, n: int, m: int) -> None:
         if n > len(self.ends):
@@ -129,18 +136,36 @@ class _Symbols:
 class _Batch:
     """The cells that every call of one op reads of one tensor (or every holder reads of an op's output), in
     order: per cell the entry it belongs to (a call's input, or a holder), the position of the piece it is cut
-    from, its box's number, elements, that piece's device, the destination and whether it is that piece itself
-    there; per entry its first cell and its number of cells."""
+    from and whether it is that piece itself on the destination; per entry its first cell and its number of
+    cells; of the cells another device holds (``remote``, None: none), the box's number and destination packed
+    as a copy's key is (:meth:`_Replay.copies`), the elements, the holder's device and the destination."""
 
     def __init__(self, cells: list[tuple], entries: int):
         rows = np.array(cells, dtype=np.int64).reshape(len(cells), 7)
-        self.entry, self.piece, self.box, self.volume, self.device, self.dst, self.local = rows.T
-        self.local = self.local.astype(bool)
+        self.entry, self.piece, box, volume, device, dst, local = rows.T
         self.count = np.bincount(self.entry, minlength=entries)
         self.first = np.concatenate(([0], np.cumsum(self.count)[:-1])) if entries else self.count
-        self.joined: np.ndarray | None = None       # (a read batch) per entry: its cells are assembled
-        self.entries: np.ndarray | None = None      # (a read batch) the entries' numbers among the op's
-        self.joined_at: np.ndarray | None = None    # (a read batch) the joined entries' positions
+        remote = local == 0
+        self.remote = remote if remote.any() else None
+        self.remote_key = (box[remote] << 12) | dst[remote]
+        self.remote_volume, self.remote_device, self.remote_dst = volume[remote], device[remote], dst[remote]
+        self.alone = self.alone_entries = self.joined_at = self.joined_entries = None
+        self.joined_regions: list[tuple] = []
+
+    def reading(self, entries: list[int], regions: list[tuple]) -> "_Batch":
+        """For a batch of calls' reads (``entries``: their numbers among the op's, ``regions`` their (box, data)
+        by number): which cells are read as they are (``alone``, None: all), their entries, and the entries whose
+        cells are assembled first (several cells, or a data region other than the box: padded)."""
+        joined = np.array([(regions[e][1] is not None and regions[e][1] != regions[e][0]) or self.count[j] > 1
+                           for j, e in enumerate(entries)], dtype=bool)
+        numbers = np.asarray(entries, dtype=np.int64)
+        alone = ~joined[self.entry]
+        self.alone = None if alone.all() else alone
+        self.alone_entries = numbers[self.entry[alone]]
+        self.joined_at = np.flatnonzero(joined)
+        self.joined_entries = numbers[self.joined_at]
+        self.joined_regions = [regions[entries[j]] for j in self.joined_at.tolist()]
+        return self
 
 
 class _Replay:
@@ -172,6 +197,9 @@ class _Replay:
         self.boxes: dict[tuple, Box] = {}
         self.box_ids: dict[Box, int] = {}                     # a number for every cell box met
         self.batches: dict[tuple, _Batch] = {}
+        self.shapes: dict[tuple, tuple] = {}        # per calls and batches read: the order of their reads (read)
+        self.skips = [tuple(graph.tensors[t].role is Role.AUX or t in self.const for t in n.inputs)
+                      for n in graph.nodes]         # per node, per input: state kept on the device, a constant
         self.reads: dict[tuple, tuple] = {}         # per calls and skipped inputs: what the calls read (_reads)
         self.outputs: dict[tuple, tuple] = {}       # per calls and output: its pieces as computed (_produced)
         self.holders: dict[tuple, list] = {}        # per shape and dims: the pieces every worker holds
@@ -201,7 +229,7 @@ class _Replay:
             if t.producer is None and t.role is not Role.AUX:
                 # a parameter's replicas read it from its owner
                 boxes = owners[t.id] if t.role is Role.PARAM else [(w, self.box(t.id, w)) for w in range(self.k)]
-                ids = sym.add(np.zeros(len(boxes)), (), (), needs=t.id in self.grads)
+                ids = sym.add(np.zeros(len(boxes), dtype=np.int64), (), (), needs=t.id in self.grads)
                 held[t.id] = ([(w, b, ()) for w, b in boxes], ids)
                 if t.role is Role.PARAM:
                     sym.shard[ids] = [math.prod(hi - lo for lo, hi in b) for _, b in boxes]
@@ -233,59 +261,53 @@ class _Replay:
         total = float(sym.nbytes[:n][live].sum() + sym.back[:n][live & reached].sum())
         return total + sum(nbytes for group, nbytes in exchanges if any(live[s] for s in group))
 
-    def read(self, node, calls, held) -> tuple[np.ndarray, np.ndarray]:
+    def read(self, node, calls, held) -> tuple[np.ndarray, np.ndarray | None]:
         """The symbols of ``node``'s calls, each reading the cells of its input pieces from their holders
         (assembled by concat, add_n or pad once per device and region: readers share it), and per call whether
-        its first input's pieces need a gradient."""
-        graph, sym = self.graph, self.sym
-        skip = tuple(graph.tensors[t].role is Role.AUX or t in self.const for t in node.inputs)
-        call_of, code_of, first_of, by_input, regions = self._reads(node.op, calls, skip)
+        its first input's pieces need a gradient (for a statistics exchange; None without one)."""
+        sym = self.sym
+        call_of, code_of, first_of, by_input, regions = self._reads(node.op, calls, self.skips[node.id])
         keeps = rule_for(node).keeps_inputs
-        item_entry, item_sym = [], []
+        parts, batches = [], []
         for p, entries in by_input.items():
             t = node.inputs[p]
             pieces, holders = held[t]
-            batch = self._batch(("read", self.layout(pieces), id(regions), p), pieces,
-                                [(regions[e][0], regions[e][1], calls[call_of[e]].worker) for e in entries])
+            key = ("read", self.layout(pieces), id(regions), p)
+            batch = self.batches.get(key)
+            if batch is None:
+                batch = self.batches[key] = self._batch(pieces, [(*regions[e], calls[call_of[e]].worker)
+                                                                 for e in entries]).reading(entries, regions)
             got = holders[batch.piece]
-            remote = ~batch.local
-            if remote.any():
-                got[remote] = self.copies(t, got[remote], batch, remote)
+            if batch.remote is not None:
+                got[batch.remote] = self.copies(t, got[batch.remote], batch)
             if keeps:
                 sym.kept[got] = True
-            if batch.joined is None:    # the entries whose cells are assembled; the others' cells read as they are
-                batch.joined = np.array([(regions[e][1] is not None and regions[e][1] != regions[e][0])
-                                         or batch.count[j] > 1 for j, e in enumerate(entries)], dtype=bool)
-                batch.entries = np.asarray(entries, dtype=np.int64)
-            joined = batch.joined
-            entry = batch.entries[batch.entry]
-            alone = ~joined[batch.entry]
-            item_entry.append(entry[alone])
-            item_sym.append(got[alone])
-            if batch.joined_at is None:
-                batch.joined_at = np.flatnonzero(joined)
+            parts.append(got if batch.alone is None else got[batch.alone])
             if len(batch.joined_at):
-                item_entry.append(batch.entries[batch.joined_at])
-                item_sym.append(self.assemble(t, got, batch, [regions[entries[j]] for j in batch.joined_at.tolist()]))
-        n = len(calls)
-        if item_entry:
-            entry = np.concatenate(item_entry)
+                parts.append(self.assemble(t, got, batch))
+            batches.append(batch)
+        key = (id(regions), tuple(map(id, batches)))
+        shape = self.shapes.get(key)
+        if shape is None:       # the calls' reads in order (call, input), and what each call's symbol is
+            entry = np.concatenate([e for b in batches for e in (b.alone_entries, b.joined_entries)]) \
+                if batches else np.zeros(0, dtype=np.int64)
             order = np.argsort(entry, kind="stable")
-            entry, items = entry[order], np.concatenate(item_sym)[order]
-        else:
-            entry = items = np.zeros(0, dtype=np.int64)
-        call, codes = call_of[entry], code_of[entry]
+            call, codes = call_of[entry[order]], code_of[entry[order]]
+            shape = self.shapes[key] = (order, call, codes, (codes & 1).astype(bool), first_of[entry[order]],
+                                        np.bincount(call, minlength=len(calls)))
+        order, call, codes, passes, first, counts = shape
+        items = np.concatenate(parts)[order] if parts else np.zeros(0, dtype=np.int64)
         needs = sym.needs[items]
-        passing = np.bincount(call[needs & (codes & 1).astype(bool)], minlength=n) > 0
-        first = np.bincount(call[needs & first_of[entry]], minlength=n) > 0
-        return sym.add(np.bincount(call, minlength=n), items, codes, needs=passing), first
+        passing = np.bincount(call[needs & passes], minlength=len(calls)) > 0
+        firsts = np.bincount(call[needs & first], minlength=len(calls)) > 0 if calls[0].exchange_steps else None
+        return sym.add(counts, items, codes, needs=passing), firsts
 
-    def assemble(self, t: int, got: np.ndarray, batch: _Batch, regions: list[tuple]) -> np.ndarray:
+    def assemble(self, t: int, got: np.ndarray, batch: _Batch) -> np.ndarray:
         """The assemblies (concat, add_n, pad) of the cells ``got`` of the batch's joined entries, each read as
         (box, data) of ``regions``: one per device and region, which its readers share."""
         cells, first, count = got.tolist(), batch.first.tolist(), batch.count.tolist()
         made, new = [], {}
-        for j, (box, data) in zip(batch.joined_at.tolist(), regions):
+        for j, (box, data) in zip(batch.joined_at.tolist(), batch.joined_regions):
             key = (t, tuple(cells[first[j]:first[j] + count[j]]), box, data)
             number = self.assembled.get(key)
             if number is None:
@@ -323,70 +345,73 @@ class _Replay:
                                              np.array(first, dtype=bool), by_input, regions))
         return hit[1]
 
-    def _batch(self, key: tuple, pieces, wanted: list[tuple]) -> _Batch:
-        """The cells of every (box, data, destination) of ``wanted`` read from ``pieces`` (cached by ``key``)."""
-        batch = self.batches.get(key)
-        if batch is None:
-            layout = self.layout(pieces)
-            arrays = self.layout_arrays.get(layout)
-            if arrays is None:
-                arrays = self.layout_arrays[layout] = _arrays(pieces)
-            rows = []
-            for e, (box, data, dst) in enumerate(wanted):
-                data = box if data is None else data
-                cells = self.cells.get((layout, data, dst))
-                if cells is None:
-                    cells = self.cells[(layout, data, dst)] = tuple(
-                        (i, self.box_ids.setdefault(cell, len(self.box_ids)), math.prod(b - a for a, b in cell),
-                         pieces[i][0] == dst and cell == pieces[i][1])
-                        for i, cell in _cells(pieces, data, dst, self.distance, arrays))
-                rows += [(e, i, box_id, volume, pieces[i][0], dst, local) for i, box_id, volume, local in cells]
-            batch = self.batches[key] = _Batch(rows, len(wanted))
-        return batch
-
-    def copies(self, t: int, held: np.ndarray, batch: _Batch, mask: np.ndarray) -> np.ndarray:
-        """The symbols of the cells of ``batch`` under ``mask``, cut from the held pieces' symbols ``held``:
-        each cut on its holder's device and sent once per destination (a cell met again is its first copy)."""
-        box, volume, device, dst = batch.box[mask], batch.volume[mask], batch.device[mask], batch.dst[mask]
-        sent = self.sent.setdefault(t, {})
+    def _batch(self, pieces, wanted: list[tuple]) -> _Batch:
+        """The cells of every (box, data, destination) of ``wanted`` read from ``pieces``."""
+        layout = self.layout(pieces)
+        arrays = self.layout_arrays.get(layout)
+        if arrays is None:
+            arrays = self.layout_arrays[layout] = _arrays(pieces)
+        rows = []
+        for e, (box, data, dst) in enumerate(wanted):
+            data = box if data is None else data
+            cells = self.cells.get((layout, data, dst))
+            if cells is None:
+                cells = self.cells[(layout, data, dst)] = tuple(
+                    (i, self.box_ids.setdefault(cell, len(self.box_ids)), math.prod(b - a for a, b in cell),
+                     pieces[i][0] == dst and cell == pieces[i][1])
+                    for i, cell in _cells(pieces, data, dst, self.distance, arrays))
+            rows += [(e, i, box_id, volume, pieces[i][0], dst, local) for i, box_id, volume, local in cells]
         if len(self.box_ids) >= 1 << 20:
             raise SearchError("the count of copies numbers cell boxes in 20 bits: too many boxes")
-        keys = (held << 32) | (box << 12) | dst
-        found = np.fromiter(map(sent.get, keys.tolist(), itertools.repeat(-1)), dtype=np.int64, count=len(keys))
-        miss = found < 0
-        if miss.any():
-            unique, first, inverse = np.unique(keys[miss], return_index=True, return_inverse=True)
-            source, volume, device, dst = held[miss][first], volume[miss][first], device[miss][first], dst[miss][first]
+        return _Batch(rows, len(wanted))
+
+    def copies(self, t: int, held: np.ndarray, batch: _Batch) -> np.ndarray:
+        """The symbols of the batch's remote cells, cut from the held pieces' symbols ``held`` (one per remote
+        cell): each cut on its holder's device and sent once per destination (a cell met again is its first
+        copy)."""
+        sent = self.sent.setdefault(t, {})
+        keys = ((held << 32) | batch.remote_key).tolist()
+        found = [sent.get(key, -1) for key in keys]
+        if -1 in found:
+            new: dict[int, int] = {}           # a new copy's key -> its first cell
+            for i, (key, got) in enumerate(zip(keys, found)):
+                if got < 0 and key not in new:
+                    new[key] = i
+            at = np.fromiter(new.values(), dtype=np.int64, count=len(new))
+            source, volume, device, dst = held[at], batch.remote_volume[at], batch.remote_device[at], \
+                batch.remote_dst[at]
             forward = np.where(device != dst, volume * self.itemsize[t], 0).astype(np.float64)
             needs = self.sym.needs[source]        # a cut passes a gradient: it needs one when its source does
-            ids = self.sym.add(np.ones(len(source)), source, PASSES, forward,
-                               np.where(needs, forward, 0.0) if t in self.grads else 0.0, needs,
+            ids = self.sym.add(np.ones(len(source), dtype=np.int64), source, PASSES, forward,
+                               np.where(needs, forward, 0.0) if t in self.grads else None, needs,
                                np.where(forward > 0, dst, -1))
-            sent.update(zip(unique.tolist(), ids.tolist()))
+            sent.update(zip(new, ids.tolist()))
             whole = (forward > 0) & (self.sym.shard[source] == volume)      # all of a parameter shard
-            self.replicas += [(s, d, src) for s, src, d in zip(ids[whole].tolist(), source[whole].tolist(),
-                                                               device[whole].tolist()) if self.params.get(src) == t]
-            found[miss] = ids[inverse]
-        return found
+            if whole.any():
+                self.replicas += [(s, d, src) for s, src, d in zip(ids[whole].tolist(), source[whole].tolist(),
+                                                                   device[whole].tolist()) if self.params.get(src) == t]
+            found = [sent[key] if got < 0 else got for key, got in zip(keys, found)]
+        return np.array(found, dtype=np.int64)
 
     def hold(self, op: str, t: int, calls, o: int, syms: np.ndarray, read: bool) -> tuple[list, np.ndarray]:
         """Output ``o`` of the calls (symbols ``syms``) turned into every holder's box of tensor t: partial sums
         reduced there, a loss's pieces read once (the others would inject its gradient again), a graph output
         that no op reads handed out as computed."""
-        pieces, kept, as_held = self._produced(op, t, calls, o)
+        pieces, kept, as_held, summed = self._produced(op, t, calls, o)
         produced = syms[kept]
-        if (not read and all(not h[2] for h in pieces)) or as_held:
+        if (not read and not summed) or as_held:
             return pieces, produced     # as computed, or computed as it is held (what the gather would give)
         shape = self.graph.tensors[t].shape
         holders = self.holders.get((shape, self.dims[t]))
         if holders is None:
             holders = self.holders[(shape, self.dims[t])] = [(w, self.box(t, w), ()) for w in range(self.k)]
-        batch = self._batch(("hold", self.layout(pieces), shape, self.dims[t]), pieces,
-                            [(box, None, w) for w, box, _ in holders])
+        key = ("hold", self.layout(pieces), shape, self.dims[t])
+        batch = self.batches.get(key)
+        if batch is None:
+            batch = self.batches[key] = self._batch(pieces, [(box, None, w) for w, box, _ in holders])
         got = produced[batch.piece]
-        remote = ~batch.local
-        if remote.any():
-            got[remote] = self.copies(t, got[remote], batch, remote)
+        if batch.remote is not None:
+            got[batch.remote] = self.copies(t, got[batch.remote], batch)
         # a holder's piece: one cell made on its device is that piece itself; a received one or several cells
         # are assembled (what a piece received is, the memory count tells apart)
         count, first = batch.count, batch.first
@@ -402,10 +427,10 @@ class _Replay:
         out[new] = self.sym.add(count[new], got[cells], codes, needs=needs)
         return holders, out
 
-    def _produced(self, op: str, t: int, calls, o: int) -> tuple[list, np.ndarray, bool]:
+    def _produced(self, op: str, t: int, calls, o: int) -> tuple[list, np.ndarray, bool, bool]:
         """Output ``o`` of ``calls`` as computed: its pieces (worker, box, partial key), the calls they come
-        from (of a loss, the first call of each piece: one copy of each is read), and whether they are every
-        worker's held box of t."""
+        from (of a loss, the first call of each piece: one copy of each is read), whether they are every
+        worker's held box of t, and whether some is a partial sum."""
         key = (id(calls), o, self.graph.tensors[t].shape, self.dims[t])
         hit = self.outputs.get(key)
         if hit is None or hit[0] is not calls:
@@ -419,7 +444,8 @@ class _Replay:
             pieces = [h for h, _ in produced]
             as_held = len(pieces) == self.k and all(h[0] == w and not h[2] and h[1] == self.box(t, w)
                                                     for w, h in enumerate(pieces))
-            hit = self.outputs[key] = (calls, (pieces, np.array([i for _, i in produced], dtype=np.int64), as_held))
+            hit = self.outputs[key] = (calls, (pieces, np.array([i for _, i in produced], dtype=np.int64), as_held,
+                                               any(h[2] for h in pieces)))
         return hit[1]
 
     def walk_back(self, roots: list[int]) -> tuple[np.ndarray, np.ndarray]:
