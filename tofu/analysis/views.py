@@ -133,13 +133,7 @@ def next_view(view: NodeView, s: PartitionStrategy, k: int, worker: int = 0) -> 
     view, each at its own origins."""
     if s.var.endswith("*"):        # computed whole on every worker: later cuts do not narrow it
         return dataclasses.replace(view, done=True)
-    key = (id(s), k, worker)
-    hit = _TRANSITIONS.get(key)
-    if hit is None or hit[0] is not s:
-        if len(_TRANSITIONS) > 200_000:
-            _TRANSITIONS.clear()
-        hit = _TRANSITIONS[key] = (s, _transition(view, s, k, worker))
-    t = hit[1]
+    t = transition(view, s, k, worker)
     origins = view.in_origins
     if origins is None:
         in_origins = t.in_moves
@@ -180,6 +174,17 @@ class _Transition:
 _TRANSITIONS: dict[tuple, tuple[PartitionStrategy, _Transition]] = {}
 
 
+def transition(view: NodeView, s: PartitionStrategy, k: int, worker: int) -> _Transition:
+    """What cutting ``view`` with ``s`` (not computed whole) does to ``worker``'s shard (cached per strategy)."""
+    key = (id(s), k, worker)
+    hit = _TRANSITIONS.get(key)
+    if hit is None or hit[0] is not s:
+        if len(_TRANSITIONS) > 200_000:
+            _TRANSITIONS.clear()
+        hit = _TRANSITIONS[key] = (s, _transition(view, s, k, worker))
+    return hit[1]
+
+
 def _transition(view: NodeView, s: PartitionStrategy, k: int, worker: int) -> _Transition:
     desc = view.describe()
     call = None if s.exchanges else kernel_call(view.op, view.attrs, desc, s, worker)
@@ -215,6 +220,22 @@ def follow_view(view: NodeView, d: int | None, f: int, worker: int = 0) -> NodeV
     output (its other inputs, a broadcast operand, unchanged)."""
     if d is None:
         return view
+    ins, outs = follow_cuts(view, d, f, worker)
+
+    def moved(origins, cuts):
+        if origins is None:
+            return tuple([move or (0,) * len(shape) for shape, move in cuts])
+        return tuple([o if move is None else tuple([a + b for a, b in zip(o, move)])
+                      for o, (_, move) in zip(origins, cuts)])
+
+    return NodeView(view.op, view.attrs, tuple([c for c, _ in ins]), tuple([c for c, _ in outs]), view.inputs,
+                    view.outputs, moved(view.in_origins, ins), moved(view.out_origins, outs), view.out_classes,
+                    view.in_zeroed)
+
+
+def follow_cuts(view: NodeView, d: int, f: int, worker: int = 0) -> tuple[tuple, tuple]:
+    """Per input and per output of a merged element-wise op cut along ``d``: its shape after the cut and how far
+    its piece moves (None: a broadcast operand, unchanged)."""
     key = (view.in_shapes, view.out_shapes, d, f, worker)
     hit = _FOLLOWS.get(key)
     if hit is None:
@@ -227,17 +248,7 @@ def follow_view(view: NodeView, d: int | None, f: int, worker: int = 0) -> NodeV
         if len(_FOLLOWS) > 100_000:
             _FOLLOWS.clear()
         _FOLLOWS[key] = hit
-    ins, outs = hit
-
-    def moved(origins, cuts):
-        if origins is None:
-            return tuple([move or (0,) * len(shape) for shape, move in cuts])
-        return tuple([o if move is None else tuple([a + b for a, b in zip(o, move)])
-                      for o, (_, move) in zip(origins, cuts)])
-
-    return NodeView(view.op, view.attrs, tuple([c for c, _ in ins]), tuple([c for c, _ in outs]), view.inputs,
-                    view.outputs, moved(view.in_origins, ins), moved(view.out_origins, outs), view.out_classes,
-                    view.in_zeroed)
+    return hit
 
 
 _FOLLOWS: dict[tuple, tuple] = {}

@@ -65,6 +65,7 @@ from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
 from tofu.graph.memory import rule_for
 from tofu.search.coarsen import Coarsening
 from tofu.search.constants import constant_tensors
+from tofu.search.groups import Groups, ViewClass, _columns
 from tofu.search.problem import CutProblem, OpGroup, TensorGroup
 from tofu.tdl.describe import describe
 
@@ -77,14 +78,22 @@ class CutIndex:
 
     node_strategies: tuple[tuple[PartitionStrategy, ...], ...]   # per node id (empty for merged ops)
     group_nodes: tuple[tuple[int, ...], ...]                     # per op group: its node ids
-    # per worker group, per node id: the same strategies as that group's view instantiates them
-    group_strategies: tuple[tuple[tuple[PartitionStrategy, ...], ...], ...] = ()
+    # per node id, per view class of ``groups``: the same strategies as that class's shard instantiates them
+    class_strategies: tuple[tuple[tuple[PartitionStrategy, ...], ...], ...] = ()
     # per op group, per tensor group: [strategy][choice] forward bytes received and kept for the backward pass
     kept: tuple[dict[int, list[list[float]]], ...] = ()
+    groups: Groups | None = None        # the worker groups, their classes as ``class_strategies`` numbers them
 
     def kept_bytes(self, x, y) -> float:
         """Bytes the cut's workers receive for their ops' inputs and keep until the backward pass."""
         return sum(table[y[g]][x[tg]] for g, tables in enumerate(self.kept) for tg, table in tables.items())
+
+    @property
+    def group_strategies(self) -> tuple[tuple[tuple[PartitionStrategy, ...], ...], ...]:
+        """Per worker group, per node id: the strategies as that group's view instantiates them."""
+        of = [self.groups.class_of(n) for n in range(len(self.class_strategies))]
+        return tuple(tuple(per_class[of[n][g]] if per_class else () for n, per_class in enumerate(self.class_strategies))
+                     for g in range(self.groups.count))
 
 
 
@@ -134,12 +143,13 @@ class GroupView:
 
 
 def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
-              views: Sequence[NodeView] | Sequence[GroupView], k: int, runnable_only: bool = True,
+              views: Sequence[NodeView] | Sequence[GroupView] | Groups, k: int, runnable_only: bool = True,
               excluded: frozenset = frozenset(), whole_params: bool = False) -> tuple[CutProblem, CutIndex]:
     """The one-cut problem of ``graph`` for ``k`` workers inside every worker group: tensors held at
     ``shapes`` (by every group, each its own box), ops seen as ``views`` (one group's, or every group's
-    :class:`GroupView`). A cost is the sum over the groups: they make the same choices but, at a later
-    step, differ in where their pieces lie against what they hold.
+    :class:`GroupView` one by one, or all of them as :class:`~tofu.search.groups.Groups`). A cost is the sum
+    over the groups: they make the same choices but, at a later step, differ in where their pieces lie against
+    what they hold.
 
     ``excluded`` holds the :func:`strategy_key` of strategies found not runnable (see ``recursive.search``:
     runnability is checked on the strategies a solution chooses, and the cut solved again without the ones
@@ -174,7 +184,8 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
             group_nodes.setdefault(coarse.op_group[node.id], []).append(node.id)
     order = sorted(group_nodes, key=lambda g: group_nodes[g][0])
     node_strategies: list[tuple[PartitionStrategy, ...]] = [()] * len(graph.nodes)
-    by_group: list[list[tuple[PartitionStrategy, ...]]] = [[()] * len(graph.nodes) for _ in groups]
+    by_class: list[tuple[tuple[PartitionStrategy, ...], ...]] = [()] * len(graph.nodes)
+    refined = list(groups.classes)
     ops = []
     tensor_group = coarse.tensor_group
     kept_tables = []
@@ -187,35 +198,45 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
         names = kinds = produces = None
         for nid in nodes:
             node = graph.nodes[nid]
-            per_group = [node_options(graph, node, group.views[nid], k, runnable_only, excluded, group.held)
-                         for group in groups]
-            # groups whose pieces lie alike against what they hold get the same options (node_options is
-            # memoized): each distinct one is aligned and accumulated once, times its multiplicity; a group
-            # that does not run the op (idle) costs nothing
+            # a group that does not run the op (idle) costs nothing; its class is split from the others'
             idle = _idle_groups(node, groups)
+            if idle:
+                refined[nid] = _split_idle(refined[nid], idle)
+            # groups whose pieces lie alike against what they hold get the same options (node_options is
+            # memoized): each distinct one is aligned and accumulated once, times its multiplicity (its first
+            # group represents it)
             distinct: dict[int, list] = {}
-            for gi, opts in enumerate(per_group):
-                if gi in idle:
+            own = []
+            for c in refined[nid]:
+                if idle and int(c.members[0]) in idle:
+                    own.append(None)
                     continue
-                entry = distinct.setdefault(id(opts), [opts, 0, gi])
-                entry[1] += 1
-            reps = list(distinct.values())
+                found = _class_options(graph, node, c, groups, k, runnable_only, excluded)
+                own.append(found[0][0])
+                for opts, first, count in found:
+                    entry = distinct.get(id(opts))
+                    if entry is None:
+                        distinct[id(opts)] = [opts, count, first, c.shard]
+                    else:
+                        entry[1] += count
+                        if first < entry[2]:
+                            entry[2:] = [first, c.shard]
+            reps = sorted(distinct.values(), key=lambda e: e[2])
             if len(reps) == 1:          # every group alike (the common case)
                 options = reps[0][0]
                 aligned = {id(options): options}
             else:
                 # a group whose kernel computed the op whole (a cropping shard) offers the same splits computed
                 # whole ("i*"): it already holds what the others split, so they align by split variable
-                keys = [{_aligned_key(o.strategy): o for o in opts} for opts, _, _ in reps]
+                keys = [{_aligned_key(o.strategy): o for o in opts} for opts, _, _, _ in reps]
                 options = [o for o in reps[0][0] if all(_aligned_key(o.strategy) in m for m in keys)]
                 aligned = {id(opts): [m[_aligned_key(o.strategy)] for o in options]
-                           for (opts, _, _), m in zip(reps, keys)}
+                           for (opts, _, _, _), m in zip(reps, keys)}
             if not options:
                 raise SearchError(f"node '{node.name}' ({node.op}): no strategy fits every worker group")
             node_strategies[nid] = chosen = tuple(o.strategy for o in options)
-            for gi, opts in enumerate(per_group):
-                by_group[gi][nid] = chosen if len(reps) == 1 or id(opts) not in aligned \
-                    else tuple(o.strategy for o in aligned[id(opts)])
+            by_class[nid] = tuple(chosen if len(reps) == 1 or opts is None or id(opts) not in aligned
+                                  else tuple(o.strategy for o in aligned[id(opts)]) for opts in own)
             if const is None:
                 const = [0.0] * len(options)
                 names = tuple(o.strategy.var for o in options)
@@ -225,9 +246,9 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
             elif tuple(o.strategy.var for o in options) != names:
                 raise SearchError(f"tied ops of group '{graph.nodes[nodes[0]].name}' differ in strategies")
             keeps = rule_for(node).keeps_inputs
-            for opts, mult, gi in reps:
+            for opts, mult, gi, shard in reps:
                 group_options = aligned[id(opts)]
-                n_inputs = len(groups[gi].views[nid].inputs)
+                n_inputs = len(shard.inputs)
                 for s, o in enumerate(group_options):
                     const[s] += o.const * mult
                 for p, (t, _) in enumerate(group_options[0].terms):     # every option touches the same tensors
@@ -244,8 +265,9 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
                            produces, nodes[0]))
         kept_tables.append(kept)
     problem = CutProblem(k, tuple(tgroups), tuple(ops))
+    groups = dataclasses.replace(groups, classes=tuple(refined))
     return problem, CutIndex(tuple(node_strategies), tuple(tuple(group_nodes[g]) for g in order),
-                             tuple(tuple(row) for row in by_group), tuple(kept_tables))
+                             tuple(by_class), tuple(kept_tables), groups)
 
 
 def _trained(graph: Graph, t: int) -> bool:
@@ -256,22 +278,34 @@ def _trained(graph: Graph, t: int) -> bool:
         for n in graph.consumers(t) for p, i in enumerate(graph.nodes[n].inputs) if i == t)
 
 
-def _idle_groups(node: Node, groups: Sequence[GroupView]) -> set[int]:
+def _idle_groups(node: Node, groups: Groups) -> set[int]:
     """The groups that do not run ``node``: a loss op computed whole at an earlier cut by several groups (the
     same piece) runs in the first of them only, as the runtime reads one copy of each piece of a loss (another
     would inject its gradient again) and MXNet does not run what no output needs."""
-    if node.op not in LOSS_OPS or len(groups) == 1:
+    if node.op not in LOSS_OPS or groups.count == 1:
         return set()
-    idle, seen = set(), set()
-    for gi, group in enumerate(groups):
-        view = group.views[node.id]
+    pieces = []
+    for c in groups.classes[node.id]:
+        view = c.shard
         if not view.done or any(view.classes(o) > 1 for o in range(len(view.outputs))):
             continue
-        piece = (view.out_origins_or_zero(), view.out_shapes)
+        for row, g in enumerate(c.members.tolist()):
+            pieces.append((g, (c.view(row).out_origins_or_zero(), view.out_shapes)))
+    idle, seen = set(), set()
+    for g, piece in sorted(pieces, key=lambda p: p[0]):
         if piece in seen:
-            idle.add(gi)
+            idle.add(g)
         seen.add(piece)
     return idle
+
+
+def _split_idle(classes: Sequence[ViewClass], idle: set[int]) -> tuple[ViewClass, ...]:
+    """``classes`` with each one's idle members apart from the others (their strategies differ)."""
+    out = []
+    for c in classes:
+        mask = np.isin(c.members, sorted(idle))
+        out.extend([c] if mask.all() or not mask.any() else [c.subset(~mask), c.subset(mask)])
+    return tuple(out)
 
 
 def _aligned_key(s: PartitionStrategy) -> tuple[str, str]:
@@ -292,11 +326,13 @@ def _add(tables: dict, tg: int, tgroups, per_option: list[dict], mult: int = 1) 
             row[:] = [r + per_dim[d] * mult for r, d in zip(row, dims)]
 
 
-def _as_groups(graph: Graph, shapes: Sequence[Shape], views) -> list[GroupView]:
+def _as_groups(graph: Graph, shapes: Sequence[Shape], views) -> Groups:
     """``views`` as worker groups: a plain list of views is one group holding ``shapes`` from the origin."""
+    if isinstance(views, Groups):
+        return views
     if views and isinstance(views[0], GroupView):
-        return list(views)
-    return [GroupView(tuple(views), tuple(tuple((0, n) for n in shape) for shape in shapes))]
+        return Groups.of_views(graph, shapes, [g.views for g in views], [g.held for g in views])
+    return Groups.of_views(graph, shapes, [tuple(views)], [tuple(tuple((0, n) for n in shape) for shape in shapes)])
 
 
 def _nbytes(graph: Graph, t: int, shapes: Sequence[Shape]) -> int:
@@ -339,21 +375,118 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
     """The strategies ``node`` (seen as ``view``) can use, with their costs; without the excluded ones, and
     when none is left, each output split computed whole on every worker (always runnable). ``held``: the
     box of every tensor (by id) that the group holds (default: the view's own pieces, as at the first step)."""
-    ids, at_origin, static, roles, windows, classes = _view_key(graph, view)
+    key = _shard_key(graph, dataclasses.replace(view, in_origins=None, out_origins=None))
+    origins = view.in_origins_or_zero() + view.out_origins_or_zero()
     if held is None:
         boxes = tuple(tuple((0, n) for n in shape) for shape in view.in_shapes + view.out_shapes)
-    elif at_origin:
-        boxes = tuple([held[t] for t in ids])
     else:
         boxes = tuple([tuple([(lo - o, hi - o) for o, (lo, hi) in zip(origin, held[t])])
-                       for t, origin in zip(ids, view.in_origins_or_zero() + view.out_origins_or_zero())])
-    key = (id(graph), static, boxes, k, runnable_only, id(excluded))
-    hit = _OPTIONS.get(key)
+                       for t, origin in zip(key.ids, origins)])
+    tensors = graph.tensors
+    # the part of each input piece inside its tensor (the rest is a padded halo's fill)
+    windows = tuple([tuple([(-o if o < 0 else 0, n if n <= full - o else full - o)
+                            for o, n, full in zip(origin, shape, tensors[t].shape)])
+                     for t, origin, shape in zip(view.inputs, origins, view.in_shapes)])
+    return _options(graph, node, view, key, boxes, windows, k, runnable_only, excluded)
+
+
+@dataclass(frozen=True)
+class _ShardKey:
+    """What node_options needs of a shard beyond its members' places: the tensors it touches, the interned
+    number of everything else its options depend on, the roles and partial-sum classes; and, per dimension of
+    its touched tensors in order, the column of the held starts, the held size is read from (``sizes``),
+    the shard's input extent and the whole tensor's."""
+
+    ids: tuple[int, ...]
+    static: int
+    roles: tuple[int, ...]
+    classes: tuple[int, ...]
+    columns: np.ndarray
+    ranks: tuple[int, ...]
+    extents: np.ndarray      # per input dimension: the shard's extent
+    fulls: np.ndarray        # per input dimension: the whole tensor's
+
+
+def _shard_key(graph: Graph, shard: NodeView) -> _ShardKey:
+    """:class:`_ShardKey` of a shard (its origins None), cached per shard object."""
+    hit = _VIEW_KEYS.get(id(shard))
+    if hit is not None and hit[0] is shard and hit[1] is graph:
+        return hit[2]
+    ids = shard.inputs + shard.outputs
+    info = _tensor_info(graph)
+    roles = tuple([info.roles[t] for t in ids])
+    if shard.in_zeroed is not None:      # a zeroed input is not read: it costs nothing, as state
+        roles = tuple([_AUX if z else r for r, z in zip(roles, shard.in_zeroed)]) + roles[len(shard.inputs):]
+    classes = shard.out_classes or (1,) * len(shard.outputs)
+    content = (id(graph), shard.attrs, shard.op, shard.in_shapes, shard.out_shapes, ids, roles, classes, shard.done)
+    tensors = graph.tensors
+    value = _ShardKey(ids, _INTERNED.setdefault(content, len(_INTERNED)), roles, classes,
+                      np.array([info.columns[t] + d for t in ids for d in range(len(tensors[t].shape))],
+                               dtype=np.int64),
+                      tuple(len(tensors[t].shape) for t in ids),
+                      np.array([n for shape in shard.in_shapes for n in shape], dtype=np.int64),
+                      np.array([n for t in shard.inputs for n in tensors[t].shape], dtype=np.int64))
+    if len(_VIEW_KEYS) > 400_000:
+        _VIEW_KEYS.clear()
+    _VIEW_KEYS[id(shard)] = (shard, graph, value)
+    return value
+
+
+def _class_options(graph: Graph, node: Node, c: ViewClass, groups: Groups, k: int, runnable_only: bool,
+                   excluded: frozenset) -> list[tuple[tuple[Option, ...], int, int]]:
+    """node_options for every member of view class ``c``: per distinct (held boxes against the pieces, the
+    pieces' parts inside their tensors), the options, the first member's group and how many members."""
+    key = _shard_key(graph, c.shard)
+    shard = c.shard
+    n_in = len(key.extents)
+    if c.in_origins is None and c.out_origins is None:
+        rel = groups.starts[np.ix_(c.members, key.columns)]
+    else:
+        rel = groups.starts[np.ix_(c.members, key.columns)] - np.hstack([c.rows_in(), c.rows_out()])
+    if c.in_origins is not None:        # the part of each input piece inside its tensor
+        o = c.in_origins
+        rel = np.hstack([rel, np.maximum(-o, 0), np.minimum(key.extents, key.fulls - o)])
+    found: dict[tuple, list[int]] = {}
+    for row, r in enumerate(map(tuple, rel.tolist())):
+        entry = found.get(r)
+        if entry is None:
+            found[r] = [row, 1]
+        else:
+            entry[1] += 1
+    sizes = [n for t in key.ids for n in groups.shapes[t]]
+    out = []
+    for r, (row, count) in found.items():
+        boxes, at = [], 0
+        for rank in key.ranks:
+            boxes.append(tuple([(r[j], r[j] + sizes[j]) for j in range(at, at + rank)]))
+            at += rank
+        if c.in_origins is None:
+            windows = tuple(tuple((0, n if n <= full else full) for n, full in zip(shape, graph.tensors[t].shape))
+                            for t, shape in zip(shard.inputs, shard.in_shapes))
+        else:
+            base = len(key.columns)
+            lo, hi = r[base:base + n_in], r[base + n_in:]
+            windows, at = [], 0
+            for shape in shard.in_shapes:
+                windows.append(tuple([(lo[j], hi[j]) for j in range(at, at + len(shape))]))
+                at += len(shape)
+            windows = tuple(windows)
+        out.append((_options(graph, node, shard, key, tuple(boxes), windows, k, runnable_only, excluded),
+                    int(c.members[row]), count))
+    return out
+
+
+def _options(graph: Graph, node: Node, view: NodeView, key: _ShardKey, boxes: tuple, windows: tuple, k: int,
+             runnable_only: bool, excluded: frozenset) -> tuple[Option, ...]:
+    """node_options of a shard against the held ``boxes`` (in the view's coordinates), memoized."""
+    memo = (id(graph), key.static, boxes, windows, k, runnable_only, id(excluded))
+    hit = _OPTIONS.get(memo)
     if hit is not None and hit[0] is graph and hit[1] is excluded:
         return hit[2]
+    ids = key.ids
     try:
         found, whole = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, tuple(_grads(graph, ids)),
-                               tuple(_items(graph, ids)), roles, boxes, classes, view.done, windows)
+                               tuple(_items(graph, ids)), key.roles, boxes, key.classes, view.done, windows)
     except TofuError as e:
         raise SearchError(f"node '{node.name}' ({node.op}): {e}") from None
     bad = _excluded_index(excluded).get((view.op, view.attrs, view.in_shapes, view.out_shapes)) \
@@ -366,49 +499,15 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
                     for s, const, tables, fetched in costed)
     if len(_OPTIONS) > 200_000:
         _OPTIONS.clear()
-    _OPTIONS[key] = (graph, excluded, options)
+    _OPTIONS[memo] = (graph, excluded, options)
     return options
 
 
 # node_options by everything its result depends on: groups whose pieces lie alike share one result
 _OPTIONS: dict[tuple, tuple] = {}
-# per view object (by id, the view kept alive): what node_options' key needs of it, its part interned as an int
+# per shard object (by id, the shard kept alive): what node_options' key needs of it, its part interned as an int
 _VIEW_KEYS: dict[int, tuple] = {}
 _INTERNED: dict[tuple, int] = {}
-
-
-def _view_key(graph: Graph, view: NodeView) -> tuple:
-    """The tensors ``view`` touches, whether all its pieces start at the origin, the interned number of
-    everything else node_options depends on, the roles, the windows and the partial-sum classes."""
-    hit = _VIEW_KEYS.get(id(view))
-    if hit is not None and hit[0] is view and hit[1] is graph:
-        return hit[2]
-    ids = view.inputs + view.outputs
-    all_roles = _tensor_info(graph).roles
-    roles = tuple([all_roles[t] for t in ids])
-    if view.in_zeroed is not None:      # a zeroed input is not read: it costs nothing, as state
-        roles = tuple([_AUX if z else r for r, z in zip(roles, view.in_zeroed)]) + roles[len(view.inputs):]
-    tensors = graph.tensors
-    # the part of each input piece inside its tensor (the rest is a padded halo's fill)
-    if view.in_origins is None:
-        windows = tuple([tuple([(0, n if n <= full else full) for n, full in zip(shape, tensors[t].shape)])
-                         for t, shape in zip(view.inputs, view.in_shapes)])
-        at_origin = view.out_origins is None or not any(map(any, view.out_origins))
-    else:
-        windows = tuple([tuple([(-o if o < 0 else 0, n if n <= full - o else full - o)
-                                for o, n, full in zip(origin, shape, tensors[t].shape)])
-                         for t, origin, shape in zip(view.inputs, view.in_origins, view.in_shapes)])
-        at_origin = not any(map(any, view.in_origins)) and (view.out_origins is None
-                                                             or not any(map(any, view.out_origins)))
-    classes = view.out_classes or (1,) * len(view.outputs)
-    content = (id(graph), view.attrs, view.op, view.in_shapes, view.out_shapes, ids, roles, windows, classes,
-               view.done)
-    static = _INTERNED.setdefault(content, len(_INTERNED))
-    value = (ids, at_origin, static, roles, windows, classes)
-    if len(_VIEW_KEYS) > 400_000:
-        _VIEW_KEYS.clear()
-    _VIEW_KEYS[id(view)] = (view, graph, value)
-    return value
 
 
 def _grads(graph: Graph, ids) -> list[bool]:
@@ -439,6 +538,7 @@ class _TensorInfo:
     grads: tuple[bool, ...]       # per tensor id: g(t)
     items: tuple[int, ...]        # bytes per element
     roles: tuple[int, ...]
+    columns: tuple[int, ...]      # per tensor id: its first column in Groups.starts
 
 
 _INFO: dict[int, tuple[Graph, _TensorInfo]] = {}
@@ -454,7 +554,8 @@ def _tensor_info(graph: Graph) -> _TensorInfo:
         info = _TensorInfo(tuple(t.id in graph.with_gradient for t in graph.tensors),
                            tuple(np.dtype(t.dtype).itemsize for t in graph.tensors),
                            tuple(_CONST if t.id in const else _role(t, t.id in read, t.id in heads)
-                                 for t in graph.tensors))
+                                 for t in graph.tensors),
+                           _columns([t.shape for t in graph.tensors]))
         if len(_INFO) > 64:
             _INFO.clear()
         hit = _INFO[id(graph)] = (graph, info)
@@ -476,20 +577,20 @@ def _role(tensor, read: bool = True, head: bool = False) -> int:
 
 
 def build_runnable_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
-                       views: Sequence[NodeView] | Sequence[GroupView], k: int,
+                       views: Sequence[NodeView] | Sequence[GroupView] | Groups, k: int,
                        whole_params: bool = False) -> tuple[CutProblem, CutIndex]:
     """:func:`build_cut` with every strategy checked for runnability first (for the reference solvers)."""
     excluded = set()
-    for group in _as_groups(graph, shapes, views):
-        for node in graph.nodes:
-            if coarse.op_group[node.id] < 0:
-                continue
-            view = group.views[node.id]
+    groups = _as_groups(graph, shapes, views)
+    for node in graph.nodes:
+        if coarse.op_group[node.id] < 0:
+            continue
+        for view in (c.shard for c in groups.classes[node.id]):
             desc = describe(view.op, view.attrs, view.in_shapes, view.out_shapes)
             for o in node_options(graph, node, view, k, runnable_only=False):
                 if not runnable(view.op, view.attrs, desc, o.strategy):
                     excluded.add(strategy_key(view, o.strategy))
-    return build_cut(graph, coarse, shapes, views, k, True, frozenset(excluded), whole_params)
+    return build_cut(graph, coarse, shapes, groups, k, True, frozenset(excluded), whole_params)
 
 
 def not_runnable(graph: Graph, node: Node, view: NodeView, k: int) -> frozenset:

@@ -7,8 +7,8 @@ tensor f_j ways inside each of the F_j = f_1 ... f_{j-1} worker groups left by t
 making the same choice. After a cut every tensor is held cut along its chosen dimension and every op is its
 shard (the attributes and shapes MXNet's kernel runs it with); the groups' shards have the same shapes but
 lie at different places against what each group holds (and border groups of a halo split differ), so each
-group keeps its own views and held boxes (:class:`~tofu.search.cost.GroupView`) and step j's cost d_j sums
-over them. The total communication is
+group keeps its own views and held boxes (kept by shard, with each group's origins as a row of an array:
+:class:`~tofu.search.groups.Groups`) and step j's cost d_j sums over them. The total communication is
 
     total = sum_j d_j
 
@@ -24,12 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tofu.analysis.strategies import PartitionStrategy
-from tofu.analysis.views import follow_view
 from tofu.errors import SearchError
 from tofu.graph.ir import Graph, Role
 from tofu.search.coarsen import Coarsening, coarsen
-from tofu.search.cost import (CutIndex, GroupView, NodeView, build_cut, build_runnable_cut, choices, next_view,
-                              runnable, signature_strategies, strategy_key)
+from tofu.search.cost import (CutIndex, NodeView, build_cut, build_runnable_cut, choices, runnable,
+                              signature_strategies, strategy_key)
+from tofu.search.groups import Groups
 from tofu.search.dp import solve_dp
 from tofu.search.problem import CutProblem, CutSolution
 from tofu.tdl.describe import describe
@@ -84,7 +84,7 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
     parameters may also be held whole by each group's first worker (:func:`~tofu.search.cost.build_cut`)."""
     coarse = coarse or coarsen(graph)
     shapes = [t.shape for t in graph.tensors]
-    groups = [GroupView.whole(graph)]
+    groups = Groups.whole(graph)
     steps = []
     for j, f in enumerate(factors):
         inputs = graph.by_role(Role.DATA)       # some input must split, or the cut is meaningless; the others
@@ -105,10 +105,10 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
         group_of = {nid: g for g, nodes in enumerate(index.group_nodes) for nid in nodes}
         chosen = tuple(index.node_strategies[n.id][solution.y[group_of[n.id]]] if n.id in group_of else None
                        for n in graph.nodes)
-        op_vars, next_groups = _apply(graph, solution, index, groups, dims, f, last=j == len(factors) - 1)
-        log.info("step %d: %d-way cut in %d groups, %.3g bytes", j + 1, f, len(groups), solution.cost)
-        steps.append(CutStep(f, len(groups), problem, solution, dims, op_vars, tuple(shapes), chosen,
-                             groups[0].views, index.kept_bytes(solution.x, solution.y)))
+        op_vars, next_groups = _apply(graph, solution, index, dims, f, last=j == len(factors) - 1)
+        log.info("step %d: %d-way cut in %d groups, %.3g bytes", j + 1, f, groups.count, solution.cost)
+        steps.append(CutStep(f, groups.count, problem, solution, dims, op_vars, tuple(shapes), chosen,
+                             groups.views(0), index.kept_bytes(solution.x, solution.y)))
         groups = next_groups
         shapes = [_cut(s, d, f) for s, d in zip(shapes, dims)]
     return tuple(steps)
@@ -127,11 +127,12 @@ def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only, nex
     excluded: set = set()
     if runnable_only:
         seen = set()
-        for group in groups:
-            for node in graph.nodes:
-                view = group.views[node.id]
+        for node in graph.nodes:
+            if coarse.op_group[node.id] < 0:
+                continue
+            for view in (c.shard for c in groups.classes[node.id]):
                 sig = (view.op, view.attrs, view.in_shapes, view.out_shapes)
-                if coarse.op_group[node.id] < 0 or sig in seen:
+                if sig in seen:
                     continue
                 seen.add(sig)
                 for s in signature_strategies(*sig, f):
@@ -145,18 +146,18 @@ def _solve_runnable(graph, coarse, shapes, groups, f, solver, runnable_only, nex
         failing = set()
         checked: set[int] = set()      # a strategy is one value per op signature: every group shares it
         for g, nodes in enumerate(index.group_nodes):
-            for group, by_node in zip(groups, index.group_strategies):
-                s = by_node[nodes[0]][solution.y[g]]
+            for c, strategies in zip(index.groups.classes[nodes[0]], index.class_strategies[nodes[0]]):
+                s = strategies[solution.y[g]]
                 if id(s) in checked:
                     continue
                 checked.add(id(s))
-                view = group.views[nodes[0]]
+                view = c.shard
                 if not s.var.endswith("*") and not runnable(view.op, view.attrs, _describe(view), s):
                     # one of this op's strategies fails: check its others now rather than one re-solve each
-                    failing |= {strategy_key(view, o) for o in by_node[nodes[0]]
+                    failing |= {strategy_key(view, o) for o in strategies
                                 if not runnable(view.op, view.attrs, _describe(view), o)}
                 elif next_f and s.exchanges and not _splits_again(view, s, next_f):
-                    failing |= {strategy_key(view, o) for o in by_node[nodes[0]]
+                    failing |= {strategy_key(view, o) for o in strategies
                                 if o.exchanges and not _splits_again(view, o, next_f)}
         if not failing:
             return problem, index, solution
@@ -187,8 +188,8 @@ def _cut(shape: Shape, d: int | None, f: int) -> Shape:
     return tuple(n // f if i == d else n for i, n in enumerate(shape))
 
 
-def _apply(graph: Graph, solution: CutSolution, index: CutIndex, groups: list[GroupView],
-           dims: tuple[int | None, ...], f: int, last: bool = False):
+def _apply(graph: Graph, solution: CutSolution, index: CutIndex, dims: tuple[int | None, ...], f: int,
+           last: bool = False):
     """Each node's split variable, and (unless ``last``) the worker groups of the next step: member c of
     group G is group G f + c (the first step's groups vary slowest, as
     :func:`tofu.analysis.compose.coordinates` numbers workers), with its own views and held boxes."""
@@ -200,22 +201,9 @@ def _apply(graph: Graph, solution: CutSolution, index: CutIndex, groups: list[Gr
         else:
             d = dims[node.outputs[0]]
             op_vars.append(f"dim{d}" if d is not None else "replicate")
-    new_groups: list[GroupView] = []
+    if last:
+        return tuple(op_vars), None
     # per node: its strategy's index, or (a merged element-wise op follows its tensors' split) None and the dim
     plan = [(solution.y[group_of[node.id]], None) if node.id in group_of else (None, dims[node.outputs[0]])
             for node in graph.nodes]
-    for group, by_node in zip(groups if not last else (), index.group_strategies):
-        for c in range(f):
-            views = [next_view(view, strategies[y], f, c) if y is not None else follow_view(view, d, f, c)
-                     for view, strategies, (y, d) in zip(group.views, by_node, plan)]
-            held = tuple([_slice_box(box, d, f, c) for box, d in zip(group.held, dims)])
-            new_groups.append(GroupView(tuple(views), held))
-    return tuple(op_vars), new_groups
-
-
-def _slice_box(box, d: int | None, f: int, c: int):
-    if d is None:
-        return box
-    lo, hi = box[d]
-    n = (hi - lo) // f
-    return tuple((lo + c * n, lo + (c + 1) * n) if e == d else b for e, b in enumerate(box))
+    return tuple(op_vars), index.groups.cut(index.class_strategies, plan, dims, f)

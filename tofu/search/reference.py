@@ -36,7 +36,8 @@ from tofu.analysis.compose import held_box
 from tofu.search.cost import (GroupView, NodeView, build_cut, build_runnable_cut, choices, next_view, node_options,
                              not_runnable)
 from tofu.search.problem import CutProblem, CutSolution, OpGroup, TensorGroup
-from tofu.search.recursive import CutStep, _cut, _slice_box, factorize, search
+from tofu.search.groups import slice_box
+from tofu.search.recursive import CutStep, _cut, factorize, search
 
 log = logging.getLogger(__name__)
 Shape = tuple[int, ...]
@@ -319,7 +320,7 @@ def brute_force_recursive(graph: Graph, k: int, coarse: Coarsening | None = None
                             at = (gi * f + c) * len(nodes)
                             for n, v in zip(nodes, nv[at:at + len(nodes)]):
                                 views[n] = v
-                        held = tuple(_slice_box(b, dd, f, c) for b, dd in zip(group.held, tensor_dims))
+                        held = tuple(slice_box(b, dd, f, c) for b, dd in zip(group.held, tensor_dims))
                         nxt_groups.append(GroupView(tuple(views), held))
                 future, path = value(j + 1, nxt_shapes, tuple(nxt_groups))
                 total = d + future
