@@ -272,11 +272,11 @@ def test_the_process_entry_point_runs_main_and_empties_the_cost_tables(monkeypat
     from tofu.search import cost
 
     monkeypatch.setattr("sys.argv", ["tofu", "plan", "mlp", "--workers", "2"])
-    assert cli.main() == 0 and cost._OPTIONS and cost._VIEW_KEYS      # main alone keeps them
+    assert cli.main() == 0 and cost._CLASS_COSTS and cost._VIEW_KEYS      # main alone keeps them
     capsys.readouterr()
     assert command() == 0
     assert "2 workers" in capsys.readouterr().out
-    assert not cost._OPTIONS and not cost._VIEW_KEYS
+    assert not cost._CLASS_COSTS and not cost._VIEW_KEYS
     monkeypatch.setattr("sys.argv", ["tofu", "plan", "no-such-model"])
     assert command() == 2
 

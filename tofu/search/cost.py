@@ -49,6 +49,7 @@ at all (no output dimension divides by k) is computed whole on every worker, eac
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,8 +93,8 @@ class CutIndex:
     def group_strategies(self) -> tuple[tuple[tuple[PartitionStrategy, ...], ...], ...]:
         """Per worker group, per node id: the strategies as that group's view instantiates them."""
         of = [self.groups.class_of(n) for n in range(len(self.class_strategies))]
-        return tuple(tuple(per_class[of[n][g]] if per_class else () for n, per_class in enumerate(self.class_strategies))
-                     for g in range(self.groups.count))
+        return tuple(tuple(per_class[of[n][g]] if per_class else ()
+                           for n, per_class in enumerate(self.class_strategies)) for g in range(self.groups.count))
 
 
 
@@ -195,6 +196,8 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
         terms: dict[int, list[list[float]]] = {}
         kept: dict[int, list[list[float]]] = {}     # forward bytes received that the op keeps for backward
         read_once: set[tuple[int, int]] = set()
+        # per (tensor group, signature, touched tensor, its part of a class's row, ...): how many groups
+        parts: dict[tuple, list] = {}
         names = kinds = produces = None
         for nid in nodes:
             node = graph.nodes[nid]
@@ -202,63 +205,74 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
             idle = _idle_groups(node, groups)
             if idle:
                 refined[nid] = _split_idle(refined[nid], idle)
-            # groups whose pieces lie alike against what they hold get the same options (node_options is
-            # memoized): each distinct one is aligned and accumulated once, times its multiplicity (its first
-            # group represents it)
-            distinct: dict[int, list] = {}
-            own = []
-            for c in refined[nid]:
-                if idle and int(c.members[0]) in idle:
-                    own.append(None)
-                    continue
-                found = _class_options(graph, node, c, groups, k, runnable_only, excluded)
-                own.append(found[0][0])
-                for opts, first, count in found:
-                    entry = distinct.get(id(opts))
+            # groups whose pieces lie alike against what they hold (a class's distinct rows) cost alike: each is
+            # counted once, times its multiplicity, its first group representing it; a group that does not run
+            # the op (idle) costs nothing
+            active = [(ci, c) for ci, c in enumerate(refined[nid]) if not (idle and int(c.members[0]) in idle)]
+            infos = {ci: _class_costs(graph, node, c.shard, k, runnable_only, excluded) for ci, c in active}
+            reps: dict[tuple, list] = {}
+            for ci, c in active:
+                static = infos[ci].key.static
+                for row, (first, count) in _distinct_rows(c, infos[ci], groups).items():
+                    entry = reps.get((static, row))
                     if entry is None:
-                        distinct[id(opts)] = [opts, count, first, c.shard]
+                        reps[(static, row)] = [first, count, ci, row]
                     else:
                         entry[1] += count
-                        if first < entry[2]:
-                            entry[2:] = [first, c.shard]
-            reps = sorted(distinct.values(), key=lambda e: e[2])
-            if len(reps) == 1:          # every group alike (the common case)
-                options = reps[0][0]
-                aligned = {id(options): options}
+                        if first < entry[0]:
+                            entry[0], entry[2] = first, ci
+            reps = sorted(reps.values(), key=lambda e: e[0])
+            first_class = infos[reps[0][2]]
+            strategies = {ci: info.strategies for ci, info in infos.items()}
+            if all(v == first_class.strategies for v in strategies.values()):     # the common case
+                picks = {ci: range(len(info.strategies)) for ci, info in infos.items()}
+                chosen = first_class.strategies
             else:
                 # a group whose kernel computed the op whole (a cropping shard) offers the same splits computed
                 # whole ("i*"): it already holds what the others split, so they align by split variable
-                keys = [{_aligned_key(o.strategy): o for o in opts} for opts, _, _, _ in reps]
-                options = [o for o in reps[0][0] if all(_aligned_key(o.strategy) in m for m in keys)]
-                aligned = {id(opts): [m[_aligned_key(o.strategy)] for o in options]
-                           for (opts, _, _, _), m in zip(reps, keys)}
-            if not options:
+                keys = {ci: {_aligned_key(x): j for j, x in enumerate(v)} for ci, v in strategies.items()}
+                chosen = tuple(x for x in first_class.strategies if all(_aligned_key(x) in m for m in keys.values()))
+                picks = {ci: [m[_aligned_key(x)] for x in chosen] for ci, m in keys.items()}
+            if not chosen:
                 raise SearchError(f"node '{node.name}' ({node.op}): no strategy fits every worker group")
-            node_strategies[nid] = chosen = tuple(o.strategy for o in options)
-            by_class[nid] = tuple(chosen if len(reps) == 1 or opts is None or id(opts) not in aligned
-                                  else tuple(o.strategy for o in aligned[id(opts)]) for opts in own)
+            node_strategies[nid] = chosen
+            by_class[nid] = tuple(tuple(strategies[ci][j] for j in picks[ci]) if ci in picks else chosen
+                                  for ci in range(len(refined[nid])))
             if const is None:
-                const = [0.0] * len(options)
-                names = tuple(o.strategy.var for o in options)
-                kinds = tuple(o.strategy.kind for o in options)
+                const = [0.0] * len(chosen)
+                names = tuple(x.var for x in chosen)
+                kinds = tuple(x.kind for x in chosen)
                 produces = tuple(tuple((tensor_group[t], p.dim if isinstance(p, SplitDim) else None)
-                                       for t, p in zip(node.outputs, o.strategy.outputs)) for o in options)
-            elif tuple(o.strategy.var for o in options) != names:
+                                       for t, p in zip(node.outputs, x.outputs)) for x in chosen)
+            elif tuple(x.var for x in chosen) != names:
                 raise SearchError(f"tied ops of group '{graph.nodes[nodes[0]].name}' differ in strategies")
             keeps = rule_for(node).keeps_inputs
-            for opts, mult, gi, shard in reps:
-                group_options = aligned[id(opts)]
-                n_inputs = len(shard.inputs)
-                for s, o in enumerate(group_options):
-                    const[s] += o.const * mult
-                for p, (t, _) in enumerate(group_options[0].terms):     # every option touches the same tensors
-                    if p < n_inputs:
+            under = {ci: tuple(infos[ci].picked[j] for j in picked) for ci, picked in picks.items()}
+            for gi, mult, ci, row in reps:
+                info = infos[ci]
+                for s, j in enumerate(picks[ci]):
+                    const[s] += info.const[j] * mult
+                for p, (t, at, end) in enumerate(info.parts):
+                    if p < info.n_inputs:
                         if (t, gi) in read_once:
                             continue    # a tied op reads the same tensor (an RNN weight): fetched once
                         read_once.add((t, gi))
-                    _add(terms, tensor_group[t], tgroups, [o.terms[p][1] for o in group_options], mult)
-                    if p < n_inputs and keeps:
-                        _add(kept, tensor_group[t], tgroups, [o.fetched[p][1] for o in group_options], mult)
+                    # the same tensor group's part costed alike: by its signature, role and held box
+                    key = (tensor_group[t], info.sig_id, p, row[at:end], groups.shapes[t], info.key.roles[p],
+                           info.grads[p], info.items[p], under[ci], keeps and p < info.n_inputs)
+                    entry = parts.get(key)
+                    if entry is None:
+                        parts[key] = [mult, info]
+                    else:
+                        entry[0] += mult
+        for (tg, _, p, part, shape, _, _, _, picked, keep), (mult, info) in parts.items():
+            costs = _part_costs(info, p, part, shape)
+            if p < info.n_inputs:
+                _add(terms, tg, tgroups, [costs[j][0] for j in picked], mult)
+                if keep:
+                    _add(kept, tg, tgroups, [costs[j][1] for j in picked], mult)
+            else:
+                _add(terms, tg, tgroups, [costs[j] for j in picked], mult)
         ops.append(OpGroup(new_id, graph.nodes[nodes[0]].name, names, kinds, tuple(float(c) for c in const),
                            tuple([(t, tuple([tuple([float(v) for v in r]) for r in table]))
                                   for t, table in terms.items()]),
@@ -375,7 +389,9 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
     """The strategies ``node`` (seen as ``view``) can use, with their costs; without the excluded ones, and
     when none is left, each output split computed whole on every worker (always runnable). ``held``: the
     box of every tensor (by id) that the group holds (default: the view's own pieces, as at the first step)."""
-    key = _shard_key(graph, dataclasses.replace(view, in_origins=None, out_origins=None))
+    info = _class_costs(graph, node, dataclasses.replace(view, in_origins=None, out_origins=None), k, runnable_only,
+                        excluded)
+    key = info.key
     origins = view.in_origins_or_zero() + view.out_origins_or_zero()
     if held is None:
         boxes = tuple(tuple((0, n) for n in shape) for shape in view.in_shapes + view.out_shapes)
@@ -387,15 +403,23 @@ def node_options(graph: Graph, node: Node, view: NodeView, k: int, runnable_only
     windows = tuple([tuple([(-o if o < 0 else 0, n if n <= full - o else full - o)
                             for o, n, full in zip(origin, shape, tensors[t].shape)])
                      for t, origin, shape in zip(view.inputs, origins, view.in_shapes)])
-    return _options(graph, node, view, key, boxes, windows, k, runnable_only, excluded)
+    n_in = info.n_inputs
+    costs = [_input_costs(info.sig, info.whole, p, boxes[p], windows[p], key.roles[p], info.grads[p], info.items[p])
+             if p < n_in else _output_costs(info.sig, info.whole, p - n_in, boxes[p], key.classes[p - n_in], info.done,
+                                            info.grads[p], info.items[p], key.roles[p])
+             for p in range(len(key.ids))]
+    return tuple(Option(s, const, tuple((t, c[j][0] if p < n_in else c[j]) for p, (t, c) in enumerate(zip(key.ids,
+                                                                                                       costs))),
+                        tuple((t, c[j][1]) for t, c in zip(key.ids[:n_in], costs)))
+                 for j, s, const in zip(info.picked, info.strategies, info.const))
 
 
 @dataclass(frozen=True)
 class _ShardKey:
-    """What node_options needs of a shard beyond its members' places: the tensors it touches, the interned
-    number of everything else its options depend on, the roles and partial-sum classes; and, per dimension of
-    its touched tensors in order, the column of the held starts, the held size is read from (``sizes``),
-    the shard's input extent and the whole tensor's."""
+    """What the costs need of a shard beyond its members' places: the tensors it touches, the interned number of
+    everything else they depend on, the roles and partial-sum classes; per dimension of its touched tensors in
+    order, the column of the held starts (Groups.starts); per input dimension, the shard's extent and the whole
+    tensor's."""
 
     ids: tuple[int, ...]
     static: int
@@ -432,79 +456,132 @@ def _shard_key(graph: Graph, shard: NodeView) -> _ShardKey:
     return value
 
 
-def _class_options(graph: Graph, node: Node, c: ViewClass, groups: Groups, k: int, runnable_only: bool,
-                   excluded: frozenset) -> list[tuple[tuple[Option, ...], int, int]]:
-    """node_options for every member of view class ``c``: per distinct (held boxes against the pieces, the
-    pieces' parts inside their tensors), the options, the first member's group and how many members."""
-    key = _shard_key(graph, c.shard)
-    shard = c.shard
-    n_in = len(key.extents)
-    if c.in_origins is None and c.out_origins is None:
-        rel = groups.starts[np.ix_(c.members, key.columns)]
-    else:
-        rel = groups.starts[np.ix_(c.members, key.columns)] - np.hstack([c.rows_in(), c.rows_out()])
-    if c.in_origins is not None:        # the part of each input piece inside its tensor
-        o = c.in_origins
-        rel = np.hstack([rel, np.maximum(-o, 0), np.minimum(key.extents, key.fulls - o)])
-    found: dict[tuple, list[int]] = {}
-    for row, r in enumerate(map(tuple, rel.tolist())):
-        entry = found.get(r)
-        if entry is None:
-            found[r] = [row, 1]
-        else:
-            entry[1] += 1
-    sizes = [n for t in key.ids for n in groups.shapes[t]]
-    out = []
-    for r, (row, count) in found.items():
-        boxes, at = [], 0
-        for rank in key.ranks:
-            boxes.append(tuple([(r[j], r[j] + sizes[j]) for j in range(at, at + rank)]))
-            at += rank
-        if c.in_origins is None:
-            windows = tuple(tuple((0, n if n <= full else full) for n, full in zip(shape, graph.tensors[t].shape))
-                            for t, shape in zip(shard.inputs, shard.in_shapes))
-        else:
-            base = len(key.columns)
-            lo, hi = r[base:base + n_in], r[base + n_in:]
-            windows, at = [], 0
-            for shape in shard.in_shapes:
-                windows.append(tuple([(lo[j], hi[j]) for j in range(at, at + len(shape))]))
-                at += len(shape)
-            windows = tuple(windows)
-        out.append((_options(graph, node, shard, key, tuple(boxes), windows, k, runnable_only, excluded),
-                    int(c.members[row]), count))
-    return out
+@dataclass(frozen=True, eq=False)
+class _ClassCosts:
+    """What build_cut needs of a view class's shard at a cut: its strategies (without the excluded ones;
+    ``picked`` are their numbers in the signature's list, ``whole``: that of its output splits computed whole),
+    their constant costs, and how a class's row of integers splits into its touched tensors' parts (``parts``:
+    per touched tensor, its id and columns [at, end) of the row, laid out by ``order``)."""
+
+    key: _ShardKey
+    sig: tuple
+    whole: bool
+    picked: tuple[int, ...]
+    strategies: tuple[PartitionStrategy, ...]
+    const: tuple[float, ...]
+    grads: tuple[bool, ...]
+    items: tuple[int, ...]
+    parts: tuple[tuple[int, int, int], ...]
+    order: np.ndarray
+    done: bool
+    n_inputs: int
+    sig_id: int          # the signature and ``whole``, interned (with the shard's classes and done)
 
 
-def _options(graph: Graph, node: Node, view: NodeView, key: _ShardKey, boxes: tuple, windows: tuple, k: int,
-             runnable_only: bool, excluded: frozenset) -> tuple[Option, ...]:
-    """node_options of a shard against the held ``boxes`` (in the view's coordinates), memoized."""
-    memo = (id(graph), key.static, boxes, windows, k, runnable_only, id(excluded))
-    hit = _OPTIONS.get(memo)
-    if hit is not None and hit[0] is graph and hit[1] is excluded:
-        return hit[2]
-    ids = key.ids
+_CLASS_COSTS: dict[tuple, tuple] = {}
+
+
+def _class_costs(graph: Graph, node: Node, shard: NodeView, k: int, runnable_only: bool,
+                 excluded: frozenset) -> _ClassCosts:
+    """:class:`_ClassCosts` of ``shard`` (memoized per shard object): the strategies node_options offers."""
+    memo = (id(shard), k, runnable_only, id(excluded))
+    hit = _CLASS_COSTS.get(memo)
+    if hit is not None and hit[0] is shard and hit[1] is graph and hit[2] is excluded:
+        return hit[3]
+    key = _shard_key(graph, shard)
+    sig = (shard.op, shard.attrs, shard.in_shapes, shard.out_shapes, k)
+    grads, items = tuple(_grads(graph, key.ids)), tuple(_items(graph, key.ids))
     try:
-        found, whole = _costed(view.op, view.attrs, view.in_shapes, view.out_shapes, k, tuple(_grads(graph, ids)),
-                               tuple(_items(graph, ids)), key.roles, boxes, key.classes, view.done, windows)
+        found, wholes = _strategies(*sig)
+        # computed whole at an earlier cut: it stays whole
+        (whole, primary), fallback = ((True, wholes), None) if shard.done and wholes else ((False, found), wholes)
+        bad = _excluded_index(excluded).get(sig[:4]) if runnable_only and excluded else None
+        picked = tuple(j for j, x in enumerate(primary) if not (bad and (x.k, x.var, x.kind) in bad))
+        if not picked and fallback:
+            whole, primary, picked = True, fallback, tuple(range(len(fallback)))
+        const = []
+        for j in picked:
+            # the all-reduce of each partial statistic, and of its gradient when the input it is computed from has
+            # one and the expansion lets the statistic carry it
+            x = primary[j]
+            carries = _carries(sig, x) if grads[0] and x.exchanges else (False,) * len(x.exchange_elements)
+            const.append(sum(allreduce_elements(n, k) * items[0] * (1 + g)
+                             for n, g in zip(x.exchange_elements, carries)))
     except TofuError as e:
         raise SearchError(f"node '{node.name}' ({node.op}): {e}") from None
-    bad = _excluded_index(excluded).get((view.op, view.attrs, view.in_shapes, view.out_shapes)) \
-        if runnable_only and excluded else None
-    costed = [c for c in found if not (bad and (c[0].k, c[0].var, c[0].kind) in bad)] or whole
-    if not costed:
+    if not picked:
         raise SearchError(f"node '{node.name}' ({node.op}) cannot be split {k} ways at input shapes "
-                          f"{list(view.in_shapes)}: no dimension or strategy divides evenly")
-    options = tuple(Option(s, const, tuple(zip(ids, tables)), tuple(zip(ids, fetched)))
-                    for s, const, tables, fetched in costed)
-    if len(_OPTIONS) > 200_000:
-        _OPTIONS.clear()
-    _OPTIONS[memo] = (graph, excluded, options)
-    return options
+                          f"{list(shard.in_shapes)}: no dimension or strategy divides evenly")
+    spans, order = _layout(key.ranks, len(shard.in_shapes))
+    value = _ClassCosts(key, sig, whole, picked, tuple(primary[j] for j in picked), tuple(const), grads, items,
+                        tuple((t, at, end) for t, (at, end) in zip(key.ids, spans)), order, shard.done,
+                        len(shard.in_shapes),
+                        _INTERNED.setdefault((sig, whole, key.classes, shard.done), len(_INTERNED)))
+    if len(_CLASS_COSTS) > 200_000:
+        _CLASS_COSTS.clear()
+    _CLASS_COSTS[memo] = (shard, graph, excluded, value)
+    return value
 
 
-# node_options by everything its result depends on: groups whose pieces lie alike share one result
-_OPTIONS: dict[tuple, tuple] = {}
+@lru_cache(maxsize=4096)
+def _layout(ranks: tuple[int, ...], n_in: int) -> tuple[tuple[tuple[int, int], ...], np.ndarray]:
+    """A class's row: every touched tensor's held starts against the piece, then every input's window starts
+    and ends; laid out per touched tensor (an input's starts followed by its window's starts and ends): its
+    columns [at, end) there, and the order that lays it out."""
+    starts = list(itertools.accumulate(ranks, initial=0))
+    lows = list(itertools.accumulate(ranks[:n_in], initial=starts[-1]))
+    highs = list(itertools.accumulate(ranks[:n_in], initial=lows[-1]))
+    order, spans = [], []
+    for p, rank in enumerate(ranks):
+        at = len(order)
+        order.extend(range(starts[p], starts[p] + rank))
+        if p < n_in:
+            order.extend(range(lows[p], lows[p] + rank))
+            order.extend(range(highs[p], highs[p] + rank))
+        spans.append((at, len(order)))
+    return tuple(spans), np.array(order, dtype=np.int64)
+
+
+def _distinct_rows(c: ViewClass, info: _ClassCosts, groups: Groups) -> dict[tuple, list[int]]:
+    """Class ``c``'s members by their row (each touched tensor's held box against its piece, and each input
+    piece's part inside its tensor, as ``info.order`` lays it out): per distinct row its first group and how
+    many members have it."""
+    key = info.key
+    held = groups.starts[np.ix_(c.members, key.columns)]
+    ins = c.rows_in()
+    rel = held if c.in_origins is None and c.out_origins is None else held - np.hstack([ins, c.rows_out()])
+    rows = np.hstack([rel, np.maximum(-ins, 0), np.minimum(key.extents, key.fulls - ins)])[:, info.order]
+    found: dict[tuple, list[int]] = {}
+    for g, r in zip(c.members.tolist(), map(tuple, rows.tolist())):
+        entry = found.get(r)
+        if entry is None:
+            found[r] = [g, 1]
+        else:
+            entry[1] += 1
+    return found
+
+
+def _part_costs(info: _ClassCosts, p: int, part: tuple, shape: Shape):
+    """Per strategy of the signature: the cost of touched tensor ``p`` held in a box of ``shape`` that starts at
+    ``part``'s first numbers against the piece (an input: then its window's starts and ends).
+
+    Costs are in the view's coordinates: the held box is the tensor's held slice placed where the view's piece
+    starts (the view's whole box at the first step). Worker w holds H_w(d), the w-th slice of that box along d
+    (all of it when replicated). What earlier steps charged the group (its pieces against its held boxes) is
+    subtracted, so that the steps' costs add up to every worker's final pieces against its final held boxes.
+    Each input's and output's costs depend on its own box only, and are cached apart (groups differ in one
+    tensor's box more often than in all)."""
+    rank = len(shape)
+    box = tuple([(part[d], part[d] + shape[d]) for d in range(rank)])
+    key = info.key
+    if p < info.n_inputs:
+        window = tuple([(part[rank + d], part[2 * rank + d]) for d in range(rank)])
+        return _input_costs(info.sig, info.whole, p, box, window, key.roles[p], info.grads[p], info.items[p])
+    o = p - info.n_inputs
+    return _output_costs(info.sig, info.whole, o, box, key.classes[o], info.done, info.grads[p], info.items[p],
+                         key.roles[p])
+
+
 # per shard object (by id, the shard kept alive): what node_options' key needs of it, its part interned as an int
 _VIEW_KEYS: dict[int, tuple] = {}
 _INTERNED: dict[tuple, int] = {}
@@ -524,9 +601,9 @@ def clear_caches() -> None:
     """Forgets every cost table (for cold timings), and the worker calls a plan's bytes are counted from."""
     from tofu.search.copies import _calls
 
-    for cached in (_costed, _strategies, _input_costs, _output_costs, _calls):
+    for cached in (_strategies, _input_costs, _output_costs, _layout, _calls):
         cached.cache_clear()
-    for table in (_OPTIONS, _VIEW_KEYS, _INTERNED, _EXCLUDED, _INFO):
+    for table in (_CLASS_COSTS, _VIEW_KEYS, _INTERNED, _EXCLUDED, _INFO):
         table.clear()
 
 
@@ -600,19 +677,6 @@ def not_runnable(graph: Graph, node: Node, view: NodeView, k: int) -> frozenset:
                      if not runnable(view.op, view.attrs, desc, o.strategy))
 
 
-@lru_cache(maxsize=65536)
-def _costed(op, attrs, ins, outs, k, grads, items, roles, held, classes, done=False, windows=None):
-    """The strategies of one op signature with their costs (shared by all nodes of that signature), and the
-    same output splits computed whole on every worker (the fallback when none of them can run)."""
-    found, whole = _strategies(op, attrs, ins, outs, k)
-    sig = (op, attrs, ins, outs, k)
-    windows = windows or tuple(tuple((0, n) for n in shape) for shape in ins)
-    if done and whole:          # computed whole at an earlier cut: it stays whole
-        return _with_costs(sig, True, grads, items, roles, held, windows, classes, done), ()
-    return (_with_costs(sig, False, grads, items, roles, held, windows, classes, done),
-            _with_costs(sig, True, grads, items, roles, held, windows, classes, done))
-
-
 @lru_cache(maxsize=16384)
 def _strategies(op, attrs, ins, outs, k):
     """An op signature's strategies for k workers, and its output splits computed whole (shared by every
@@ -624,29 +688,6 @@ def _strategies(op, attrs, ins, outs, k):
 def signature_strategies(op, attrs, ins, outs, k) -> tuple[PartitionStrategy, ...]:
     """The strategies the analysis derives for one op signature (before any is found not runnable)."""
     return _strategies(op, attrs, ins, outs, k)[0]
-
-
-def _with_costs(sig, whole, grads, items, roles, held, windows, classes, done):
-    """Costs in the view's coordinates: ``held`` is the box of each tensor that the group holds (the view's
-    whole box at the first step; after it, the tensor's held slice placed where the view's piece starts).
-    Worker w holds H_w(d), the w-th slice of that box along d (all of it when replicated). What earlier steps
-    charged the group (its pieces against its held boxes) is subtracted, so that the steps' costs add up to
-    every worker's final pieces against its final held boxes. Each input's and output's costs depend on its
-    own box only, and are cached apart (groups differ in one tensor's box more often than in all)."""
-    found = _strategies(*sig)[whole]
-    n_in = len(sig[2])
-    ins = [_input_costs(sig, whole, i, held[i], windows[i], roles[i], grads[i], items[i]) for i in range(n_in)]
-    outs = [_output_costs(sig, whole, o, held[n_in + o], classes[o], done, grads[n_in + o], items[n_in + o],
-                          roles[n_in + o]) for o in range(len(sig[3]))]
-    result = []
-    for j, s in enumerate(found):
-        # the all-reduce of each partial statistic, and of its gradient when the input it is computed from has one
-        # and the expansion lets the statistic carry it
-        carries = _carries(sig, s) if grads[0] and s.exchanges else (False,) * len(s.exchange_elements)
-        const = sum(allreduce_elements(n, sig[4]) * items[0] * (1 + g) for n, g in zip(s.exchange_elements, carries))
-        result.append((s, const, tuple(c[j][0] for c in ins) + tuple(c[j] for c in outs),
-                       tuple(c[j][1] for c in ins)))
-    return tuple(result)
 
 
 def _carries(sig, s: PartitionStrategy) -> tuple[bool, ...]:
