@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tofu.analysis.compose import held_box
+from tofu.analysis.compose import coordinates, held_box
 from tofu.graph.ir import Graph, Role
 
 Box = tuple[tuple[int, int], ...]
@@ -32,19 +32,27 @@ def parameter_pieces(graph: Graph, factors: Sequence[int],
     """Per parameter tensor id, its pieces as (owner device, box), in increasing device order: one per distinct
     box the devices hold under the cuts ``factors``, ``dims[t]`` tensor t's split dimension at each cut."""
     k = math.prod(factors)
-    holders: list[tuple[int, int, Box, list[int]]] = []     # (bytes, tensor id, box, holding devices)
+    coords = np.array([coordinates(w, factors) for w in range(k)], dtype=np.int64).reshape(k, len(factors))
+    holders: list[tuple[int, int, Box, np.ndarray]] = []     # (bytes, tensor id, box, holding devices)
     for t in graph.tensors:
         if t.role is not Role.PARAM:
             continue
-        boxes: dict[Box, list[int]] = {}
-        for w in range(k):
-            boxes.setdefault(held_box(t.shape, dims[t.id], factors, w), []).append(w)
+        # a device's box follows from its coordinates at the cuts that split t: devices alike there hold it alike
+        split = [j for j, d in enumerate(dims[t.id]) if d is not None]
+        code = np.zeros(k, dtype=np.int64)
+        for j in split:
+            code = code * factors[j] + coords[:, j]
+        _, first, which = np.unique(code, return_index=True, return_inverse=True)
+        boxes: dict[Box, list[np.ndarray]] = {}
+        for u, w in enumerate(first.tolist()):
+            boxes.setdefault(held_box(t.shape, dims[t.id], factors, w), []).append(np.flatnonzero(which == u))
         itemsize = np.dtype(t.dtype).itemsize
-        holders += [(math.prod(b - a for a, b in box) * itemsize, t.id, box, ws) for box, ws in boxes.items()]
-    owned = [0] * k
+        holders += [(math.prod(b - a for a, b in box) * itemsize, t.id, box, np.sort(np.concatenate(ws)))
+                    for box, ws in boxes.items()]
+    owned = np.zeros(k, dtype=np.int64)
     pieces: dict[int, list[tuple[int, Box]]] = {}
     for nbytes, t, box, ws in sorted(holders, key=lambda h: (-h[0], h[1], h[2])):
-        w = min(ws, key=lambda w: (owned[w], w))
+        w = int(ws[np.argmin(owned[ws])])       # the fewest bytes owned, then the lowest device
         owned[w] += nbytes
         pieces.setdefault(t, []).append((w, box))
     return {t: tuple(sorted(p)) for t, p in pieces.items()}
