@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tofu.analysis.views import follow_view, next_view
-from tofu.api import load_graph
+from tofu.api import ModelOptions, load_graph
 from tofu.search.coarsen import coarsen
 from tofu.search.cost import GroupView, build_cut
 from tofu.search.dp import solve_dp
@@ -78,3 +78,30 @@ def test_classes_share_a_shard_and_round_trip():
             assert all(c.view(r).in_shapes == c.shard.in_shapes for r in range(len(c.members)))
     # fewer classes than views: the groups share shards
     assert sum(len(c) for c in groups.classes) < groups.count * len(graph.nodes)
+
+
+@pytest.mark.parametrize("model,batch,workers", [("wresnet-tiny", None, 8), ("wresnet-tiny", 2, 8), ("gpt-tiny", None, 8),
+                                                 ("rnn-tiny", None, 8)])
+def test_rows_made_in_python_or_numpy_cost_alike(model, batch, workers, monkeypatch):
+    """A class's rows are made in Python for a few members and by numpy for more: the same cut either way (at
+    batch 2 the last cut splits images, whose halos reach past the tensors' edges)."""
+    from tofu.search import cost
+
+    graph = load_graph(model, ModelOptions(batch=batch), with_loss=True)
+    coarse = coarsen(graph)
+    factors = factorize(workers)
+    shapes = [t.shape for t in graph.tensors]
+    groups = Groups.whole(graph)
+    for j, f in enumerate(factors[:-1]):
+        problem, index, solution = _solve_runnable(graph, coarse, shapes, groups, f, solve_dp, True, factors[j + 1])
+        dims = tuple(problem.tensors[coarse.tensor_group[t.id]].choices[solution.x[coarse.tensor_group[t.id]]]
+                     for t in graph.tensors)
+        groups = _apply(graph, solution, index, dims, f)[1]
+        shapes = [_cut(s, d, f) for s, d in zip(shapes, dims)]
+    assert groups.count == workers // factors[-1] > 1
+    made = []
+    for few in (0, 10 ** 9):
+        monkeypatch.setattr(cost, "_FEW", few)
+        cost.clear_caches()
+        made.append(build_cut(graph, coarse, shapes, groups, factors[-1], True, frozenset())[0])
+    assert made[0] == made[1]

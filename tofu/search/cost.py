@@ -66,7 +66,7 @@ from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
 from tofu.graph.memory import rule_for
 from tofu.search.coarsen import Coarsening
 from tofu.search.constants import constant_tensors
-from tofu.search.groups import Groups, ViewClass, _columns
+from tofu.search.groups import _FLAT, Groups, ViewClass, _columns
 from tofu.search.problem import CutProblem, OpGroup, TensorGroup
 from tofu.tdl.describe import describe
 
@@ -425,10 +425,10 @@ class _ShardKey:
     static: int
     roles: tuple[int, ...]
     classes: tuple[int, ...]
-    columns: np.ndarray
+    columns: list[int]
     ranks: tuple[int, ...]
-    extents: np.ndarray      # per input dimension: the shard's extent
-    fulls: np.ndarray        # per input dimension: the whole tensor's
+    extents: list[int]       # per input dimension: the shard's extent
+    fulls: list[int]         # per input dimension: the whole tensor's
 
 
 def _shard_key(graph: Graph, shard: NodeView) -> _ShardKey:
@@ -445,11 +445,10 @@ def _shard_key(graph: Graph, shard: NodeView) -> _ShardKey:
     content = (id(graph), shard.attrs, shard.op, shard.in_shapes, shard.out_shapes, ids, roles, classes, shard.done)
     tensors = graph.tensors
     value = _ShardKey(ids, _INTERNED.setdefault(content, len(_INTERNED)), roles, classes,
-                      np.array([info.columns[t] + d for t in ids for d in range(len(tensors[t].shape))],
-                               dtype=np.int64),
+                      [info.columns[t] + d for t in ids for d in range(len(tensors[t].shape))],
                       tuple(len(tensors[t].shape) for t in ids),
-                      np.array([n for shape in shard.in_shapes for n in shape], dtype=np.int64),
-                      np.array([n for t in shard.inputs for n in tensors[t].shape], dtype=np.int64))
+                      [n for shape in shard.in_shapes for n in shape],
+                      [n for t in shard.inputs for n in tensors[t].shape])
     if len(_VIEW_KEYS) > 400_000:
         _VIEW_KEYS.clear()
     _VIEW_KEYS[id(shard)] = (shard, graph, value)
@@ -547,18 +546,37 @@ def _distinct_rows(c: ViewClass, info: _ClassCosts, groups: Groups) -> dict[tupl
     piece's part inside its tensor, as ``info.order`` lays it out): per distinct row its first group and how
     many members have it."""
     key = info.key
-    held = groups.starts[np.ix_(c.members, key.columns)]
-    ins = c.rows_in()
-    rel = held if c.in_origins is None and c.out_origins is None else held - np.hstack([ins, c.rows_out()])
-    rows = np.hstack([rel, np.maximum(-ins, 0), np.minimum(key.extents, key.fulls - ins)])[:, info.order]
+    members = c.members.tolist()
+    if len(members) <= _FEW:         # a few rows: in Python, numpy's fixed cost per call would outweigh them
+        order, starts = info.order.tolist(), groups.start_rows()
+        ins = c.in_origins.tolist() if c.in_origins is not None else None
+        outs = c.out_origins.tolist() if c.out_origins is not None else None
+        rows = []
+        for i, g in enumerate(members):
+            at = starts[g]
+            o_in = ins[i] if ins is not None else [0] * len(key.extents)
+            origins = o_in + (outs[i] if outs is not None else [0] * (len(key.columns) - len(o_in)))
+            full = [at[col] - o for col, o in zip(key.columns, origins)]
+            full += [-o if o < 0 else 0 for o in o_in]
+            full += [n if n <= f - o else f - o for n, f, o in zip(key.extents, key.fulls, o_in)]
+            rows.append(tuple([full[j] for j in order]))
+    else:
+        held = groups.starts[np.ix_(c.members, key.columns)]
+        ins = c.rows_in()
+        rel = held if c.in_origins is None and c.out_origins is None else held - np.hstack([ins, c.rows_out()])
+        rows = map(tuple, np.hstack([rel, np.maximum(-ins, 0),
+                                     np.minimum(key.extents, np.subtract(key.fulls, ins))])[:, info.order].tolist())
     found: dict[tuple, list[int]] = {}
-    for g, r in zip(c.members.tolist(), map(tuple, rows.tolist())):
+    for g, r in zip(members, rows):
         entry = found.get(r)
         if entry is None:
             found[r] = [g, 1]
         else:
             entry[1] += 1
     return found
+
+
+_FEW = 4       # classes of at most this many groups: their rows made in Python
 
 
 def _part_costs(info: _ClassCosts, p: int, part: tuple, shape: Shape):
@@ -603,7 +621,7 @@ def clear_caches() -> None:
 
     for cached in (_strategies, _input_costs, _output_costs, _layout, _calls):
         cached.cache_clear()
-    for table in (_CLASS_COSTS, _VIEW_KEYS, _INTERNED, _EXCLUDED, _INFO):
+    for table in (_CLASS_COSTS, _VIEW_KEYS, _INTERNED, _EXCLUDED, _INFO, _FLAT):
         table.clear()
 
 

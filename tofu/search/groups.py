@@ -42,8 +42,12 @@ class ViewClass:
 
     def view(self, row: int) -> NodeView:
         """The view of the member in ``row``."""
-        return dataclasses.replace(self.shard, in_origins=_split(self.in_origins, row, self.shard.in_shapes),
-                                   out_origins=_split(self.out_origins, row, self.shard.out_shapes))
+        if self.in_origins is None and self.out_origins is None:
+            return self.shard
+        v = self.shard
+        return NodeView(v.op, v.attrs, v.in_shapes, v.out_shapes, v.inputs, v.outputs,
+                        _split(self.in_origins, row, v.in_shapes), _split(self.out_origins, row, v.out_shapes),
+                        v.out_classes, v.in_zeroed, v.done)
 
     def rows_in(self) -> np.ndarray:
         """Every member's input origins (zeros where they are None)."""
@@ -119,11 +123,19 @@ class Groups:
         out = []
         for per_node in self.classes:
             for c in per_node:
-                at = np.searchsorted(c.members, g)
+                at = 0 if g == 0 else int(np.searchsorted(c.members, g))     # members ascend: group 0 is first
                 if at < len(c.members) and c.members[at] == g:
-                    out.append(c.view(int(at)))
+                    out.append(c.view(at))
                     break
         return tuple(out)
+
+    def start_rows(self) -> list[list[int]]:
+        """``starts`` as lists (made once)."""
+        rows = self.__dict__.get("_rows")
+        if rows is None:
+            rows = self.starts.tolist()
+            object.__setattr__(self, "_rows", rows)
+        return rows
 
     def held(self, g: int) -> tuple[Box, ...]:
         """Group ``g``'s held box of every tensor."""
@@ -193,28 +205,48 @@ def _after(c: ViewClass, s: PartitionStrategy, f: int, worker: int):
     if s.var.endswith("*"):        # computed whole on every worker: later cuts do not narrow it
         return dataclasses.replace(shard, done=True), c.in_origins, c.out_origins
     t = transition(shard, s, f, worker)
-    moves = np.array([m for move in t.in_moves for m in move], dtype=np.int64)
+    moves, out_moves, keep = _flat(t, shard)
+    n = len(c.members)
     if c.in_origins is None:
-        ins = np.broadcast_to(moves, (len(c.members), len(moves)))
+        ins = _rows_of(moves, n)
     else:
-        if not t.all_inputs:
-            at = _columns(shard.in_shapes)
-            keep = [at[i] + d for i in t.positions for d in range(len(shard.in_shapes[i]))]
-            ins = c.in_origins[:, keep] + moves
-        else:
-            ins = c.in_origins + moves
-    if t.out_moves is None:
+        ins = (c.in_origins if keep is None else c.in_origins[:, keep]) + moves
+    if out_moves is None:
         outs = c.out_origins
     else:
-        out_moves = np.array([m for move in t.out_moves for m in move], dtype=np.int64)
-        outs = np.broadcast_to(out_moves, (len(c.members), len(out_moves))) if c.out_origins is None \
-            else c.out_origins + out_moves
+        outs = _rows_of(out_moves, n) if c.out_origins is None else c.out_origins + out_moves
     classes = shard.out_classes if t.multiplies is None else \
         tuple([shard.classes(i) * m for i, m in enumerate(t.multiplies)])
     zeroed = tuple([shard.zeroed(i) or z for i, z in zip(t.positions, t.zeroes)])
     inputs = shard.inputs if t.all_inputs else tuple([shard.inputs[i] for i in t.positions])
     return (NodeView(shard.op, t.attrs, t.in_shapes, t.out_shapes or shard.out_shapes, inputs, shard.outputs, None,
                      None, classes, zeroed, t.done), ins, outs)
+
+
+_FLAT: dict[int, tuple] = {}
+
+
+def _flat(t, shard: NodeView) -> tuple[np.ndarray, np.ndarray | None, list[int] | None]:
+    """A transition's moves as flat arrays (inputs', outputs' or None), and the columns of the inputs it keeps
+    (None: all of them), made once per transition."""
+    hit = _FLAT.get(id(t))
+    if hit is None or hit[0] is not t:
+        moves = np.array([m for move in t.in_moves for m in move], dtype=np.int64)
+        out_moves = None if t.out_moves is None else np.array([m for move in t.out_moves for m in move],
+                                                              dtype=np.int64)
+        keep = None
+        if not t.all_inputs:
+            at = _columns(shard.in_shapes)
+            keep = [at[i] + d for i in t.positions for d in range(len(shard.in_shapes[i]))]
+        if len(_FLAT) > 200_000:
+            _FLAT.clear()
+        hit = _FLAT[id(t)] = (t, moves, out_moves, keep)
+    return hit[1:]
+
+
+def _rows_of(row: np.ndarray, n: int) -> np.ndarray:
+    """``row`` repeated ``n`` times."""
+    return np.repeat(row[None, :], n, axis=0)
 
 
 def _followed(c: ViewClass, d: int | None, f: int, worker: int):
@@ -230,7 +262,7 @@ def _followed(c: ViewClass, d: int | None, f: int, worker: int):
 
 def _moved(rows: np.ndarray | None, cuts, members: int) -> np.ndarray:
     move = np.array([m for shape, step in cuts for m in (step or (0,) * len(shape))], dtype=np.int64)
-    return np.broadcast_to(move, (members, len(move))) if rows is None else rows + move
+    return _rows_of(move, members) if rows is None else rows + move
 
 
 def slice_box(box: Box, d: int | None, f: int, c: int) -> Box:
