@@ -105,3 +105,14 @@ def test_rows_made_in_python_or_numpy_cost_alike(model, batch, workers, monkeypa
         cost.clear_caches()
         made.append(build_cut(graph, coarse, shapes, groups, factors[-1], True, frozenset())[0])
     assert made[0] == made[1]
+
+
+def test_the_whole_group_is_every_op_whole():
+    """Before the first cut: one group, each op its whole view at the origin, each tensor held whole."""
+    for model in ("mlp", "gpt-tiny"):
+        graph = load_graph(model, with_loss=True)
+        whole = Groups.whole(graph)
+        one = GroupView.whole(graph)
+        assert whole.count == 1 and whole.views(0) == one.views and whole.held(0) == one.held
+        again = Groups.of_views(graph, [t.shape for t in graph.tensors], [one.views], [one.held])
+        assert [[c.shard for c in x] for x in whole.classes] == [[c.shard for c in x] for x in again.classes]

@@ -90,9 +90,11 @@ class Groups:
     @staticmethod
     def whole(graph: Graph) -> "Groups":
         """The single group before the first cut: every op whole, every tensor held whole."""
-        return Groups.of_views(graph, [t.shape for t in graph.tensors],
-                               [tuple(NodeView.of(graph, n) for n in graph.nodes)],
-                               [tuple(tuple((0, n) for n in t.shape) for t in graph.tensors)])
+        shapes = tuple(t.shape for t in graph.tensors)
+        columns = _columns(shapes)
+        one = np.zeros(1, dtype=np.int64)
+        return Groups(1, shapes, columns[:-1], np.zeros((1, columns[-1]), dtype=np.int64),
+                      tuple((ViewClass(NodeView.of(graph, n), one, None, None),) for n in graph.nodes))
 
     @staticmethod
     def of_views(graph: Graph, shapes: Sequence[Shape], views: Sequence[Sequence[NodeView]],
@@ -168,6 +170,17 @@ class Groups:
             y, d = plan[n]
             found: dict[tuple, list] = {}
             for ci, c in enumerate(per_node):
+                s = strategies[n][ci][y] if y is not None else None
+                if (s is None and d is None) or (s is not None and s.var.endswith("*")):
+                    # kept whole (replicated, or computed whole on every worker): every member's f workers see
+                    # the same shard at the same origins
+                    shard = c.shard if s is None else dataclasses.replace(c.shard, done=True)
+                    entry = found.setdefault((shard, c.in_origins is None, c.out_origins is None),
+                                             [shard, [], [], []])
+                    entry[1].append((c.members[:, None] * f + np.arange(f)).ravel())
+                    entry[2].append(None if c.in_origins is None else np.repeat(c.in_origins, f, axis=0))
+                    entry[3].append(None if c.out_origins is None else np.repeat(c.out_origins, f, axis=0))
+                    continue
                 for worker in range(f):
                     if y is not None:
                         moved = _after(c, strategies[n][ci][y], f, worker)
@@ -180,6 +193,9 @@ class Groups:
                     entry[3].append(outs)
             merged = []
             for (_, in_none, out_none), (shard, members, ins, outs) in found.items():
+                if len(members) == 1:       # one class's members for one worker: ascending already
+                    merged.append(ViewClass(shard, members[0], ins[0], outs[0]))
+                    continue
                 members = np.concatenate(members)
                 order = np.argsort(members, kind="stable")
                 merged.append(ViewClass(shard, members[order], None if in_none else np.concatenate(ins)[order],
