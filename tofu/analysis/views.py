@@ -146,6 +146,11 @@ def next_view(view: NodeView, s: PartitionStrategy, k: int, worker: int = 0) -> 
         out_origins = t.out_moves
     else:
         out_origins = tuple([tuple([a + b for a, b in zip(o, move)]) for o, move in zip(view.out_origins, t.out_moves)])
+    return moved_shard(view, t, in_origins, out_origins)
+
+
+def moved_shard(view: NodeView, t: _Transition, in_origins=None, out_origins=None) -> NodeView:
+    """The shard ``t`` makes of ``view``, at ``in_origins`` and ``out_origins`` (None: at 0)."""
     classes = view.out_classes if t.multiplies is None else \
         tuple([view.classes(i) * m for i, m in enumerate(t.multiplies)])
     zeroed = tuple([view.zeroed(i) or z for i, z in zip(t.positions, t.zeroes)])
@@ -228,9 +233,13 @@ def follow_view(view: NodeView, d: int | None, f: int, worker: int = 0) -> NodeV
         return tuple([o if move is None else tuple([a + b for a, b in zip(o, move)])
                       for o, (_, move) in zip(origins, cuts)])
 
+    return followed_shard(view, ins, outs, moved(view.in_origins, ins), moved(view.out_origins, outs))
+
+
+def followed_shard(view: NodeView, ins, outs, in_origins=None, out_origins=None) -> NodeView:
+    """A merged element-wise op's view cut as :func:`follow_cuts` says, at ``in_origins`` and ``out_origins``."""
     return NodeView(view.op, view.attrs, tuple([c for c, _ in ins]), tuple([c for c, _ in outs]), view.inputs,
-                    view.outputs, moved(view.in_origins, ins), moved(view.out_origins, outs), view.out_classes,
-                    view.in_zeroed)
+                    view.outputs, in_origins, out_origins, view.out_classes, view.in_zeroed)
 
 
 def follow_cuts(view: NodeView, d: int, f: int, worker: int = 0) -> tuple[tuple, tuple]:

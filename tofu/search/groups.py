@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tofu.analysis.strategies import PartitionStrategy
-from tofu.analysis.views import NodeView, follow_cuts, transition
+from tofu.analysis.views import NodeView, follow_cuts, followed_shard, moved_shard, transition
 from tofu.graph.ir import Graph
 
 Shape = tuple[int, ...]
@@ -231,12 +231,7 @@ def _after(c: ViewClass, s: PartitionStrategy, f: int, worker: int):
         outs = c.out_origins
     else:
         outs = _rows_of(out_moves, n) if c.out_origins is None else c.out_origins + out_moves
-    classes = shard.out_classes if t.multiplies is None else \
-        tuple([shard.classes(i) * m for i, m in enumerate(t.multiplies)])
-    zeroed = tuple([shard.zeroed(i) or z for i, z in zip(t.positions, t.zeroes)])
-    inputs = shard.inputs if t.all_inputs else tuple([shard.inputs[i] for i in t.positions])
-    return (NodeView(shard.op, t.attrs, t.in_shapes, t.out_shapes or shard.out_shapes, inputs, shard.outputs, None,
-                     None, classes, zeroed, t.done), ins, outs)
+    return moved_shard(shard, t), ins, outs
 
 
 _FLAT: dict[int, tuple] = {}
@@ -271,9 +266,8 @@ def _followed(c: ViewClass, d: int | None, f: int, worker: int):
     if d is None:
         return shard, c.in_origins, c.out_origins
     ins, outs = follow_cuts(shard, d, f, worker)
-    moved = NodeView(shard.op, shard.attrs, tuple([s for s, _ in ins]), tuple([s for s, _ in outs]), shard.inputs,
-                     shard.outputs, None, None, shard.out_classes, shard.in_zeroed)
-    return moved, _moved(c.in_origins, ins, len(c.members)), _moved(c.out_origins, outs, len(c.members))
+    return (followed_shard(shard, ins, outs), _moved(c.in_origins, ins, len(c.members)),
+            _moved(c.out_origins, outs, len(c.members)))
 
 
 def _moved(rows: np.ndarray | None, cuts, members: int) -> np.ndarray:

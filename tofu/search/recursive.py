@@ -29,8 +29,8 @@ from tofu.graph.ir import Graph, Role
 from tofu.search.coarsen import Coarsening, coarsen
 from tofu.search.cost import (CutIndex, NodeView, build_cut, build_runnable_cut, choices, runnable,
                               signature_strategies, strategy_key)
-from tofu.search.groups import Groups
 from tofu.search.dp import solve_dp
+from tofu.search.groups import Groups
 from tofu.search.problem import CutProblem, CutSolution
 from tofu.tdl.describe import describe
 
