@@ -26,6 +26,7 @@ Boxes may extend past a tensor's ends: those elements are the access's fill valu
 """
 from __future__ import annotations
 
+import dataclasses
 import enum
 import math
 from collections.abc import Sequence
@@ -154,12 +155,34 @@ def held_box(shape: Sequence[int], dims: Sequence[int | None], factors: Sequence
 def compose(view: NodeView, choices: Sequence[OpChoice], factors: Sequence[int]) -> tuple[WorkerCall, ...]:
     """Every worker's call of the op seen as ``view`` (its whole shapes) under ``choices`` (one per step).
 
+    Workers whose first j coordinates agree share the state after step j: each state is advanced once, as a
+    walk of the tree of coordinates (f_1 + f_1 f_2 + .. states, not m k), and a group that stops (computed
+    whole, a crop, a kept part) makes its call once for all its workers. A failing step names the group's
+    lowest worker, which is the lowest failing one: the walk meets groups in the workers' order.
+
     Raises:
         AnalysisError: a choice names no strategy of the op at that step, or the op's kernel (or expansion)
             cannot run a worker's shard.
     """
     k = math.prod(factors)
-    return tuple(_compose_worker(view, choices, factors, w) for w in range(k))
+    steps = min(len(choices), len(factors))
+    calls: list[WorkerCall | None] = [None] * k
+
+    def walk(group: _Group, j: int, first: int, size: int) -> None:
+        if group.stopped or j == steps:
+            call = calls[first] = group.call(first)
+            for w in range(first + 1, first + size):
+                calls[w] = dataclasses.replace(call, worker=w)
+            return
+        f = factors[j]
+        size //= f
+        for c in range(f):
+            member = group if c == f - 1 else group.copy()     # the last member takes the parent's state
+            member.advance(j, choices[j], f, c, first + c * size)
+            walk(member, j + 1, first + c * size, size)
+
+    walk(_Group.of(view), 0, 0, k)
+    return tuple(calls)
 
 
 def whole_call(view: NodeView) -> WorkerCall:
@@ -172,31 +195,49 @@ def whole_box(shape: Sequence[int]) -> Box:
     return _box((0,) * len(shape), shape)
 
 
-def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequence[int], w: int) -> WorkerCall:
-    n_out = len(view.out_shapes)
-    # per view input: (op input position, origin of the view's coordinates in the tensor's, the window of the
-    # tensor's data in them (elsewhere: fill, the halo a kernel's padding or a padded region provides), zeroed)
-    ins = [(p, (0,) * len(s), _box((0,) * len(s), s), False) for p, s in enumerate(view.in_shapes)]
-    out_origin = [(0,) * len(s) for s in view.out_shapes]
-    partial: list[list[int]] = [[] for _ in range(n_out)]
-    reducer: list[str | None] = [None] * n_out
-    exchanges: list[int] = []
-    expanded: list[int] = []
-    fills: dict[int, float] = {}
-    keep: tuple[Box, ...] | None = None
-    scale = 1.0
-    unread: set[int] = set()
-    for j, (choice, f, c) in enumerate(zip(choices, factors, coordinates(w, factors))):
+class _Group:
+    """The state of a group of workers after its first steps: its view of the op and, per view input, (op input
+    position, origin of the view's coordinates in the tensor's, the window of the tensor's data in them
+    (elsewhere: fill, the halo a kernel's padding or a padded region provides), zeroed); per output its origin
+    and the steps that leave it partial (and their reducer); the steps run by the expansion."""
+
+    __slots__ = ("view", "ins", "out_origin", "partial", "reducer", "exchanges", "expanded", "fills", "keep",
+                 "scale", "unread", "stopped")
+
+    @classmethod
+    def of(cls, view: NodeView) -> "_Group":
+        g = cls.__new__(cls)
+        g.view = view
+        g.ins = [(p, (0,) * len(s), _box((0,) * len(s), s), False) for p, s in enumerate(view.in_shapes)]
+        g.out_origin = [(0,) * len(s) for s in view.out_shapes]
+        g.partial = [[] for _ in view.out_shapes]
+        g.reducer = [None] * len(view.out_shapes)
+        g.exchanges, g.expanded, g.fills = [], [], {}
+        g.keep, g.scale, g.unread, g.stopped = None, 1.0, set(), False
+        return g
+
+    def copy(self) -> "_Group":
+        g = _Group.__new__(_Group)
+        g.view, g.ins, g.out_origin = self.view, self.ins, list(self.out_origin)
+        g.partial, g.reducer = [list(p) for p in self.partial], list(self.reducer)
+        g.exchanges, g.expanded, g.fills = list(self.exchanges), list(self.expanded), dict(self.fills)
+        g.keep, g.scale, g.unread, g.stopped = self.keep, self.scale, set(self.unread), self.stopped
+        return g
+
+    def advance(self, j: int, choice: OpChoice, f: int, c: int, w: int) -> None:
+        """Takes part c of step j's choice (f parts); ``w``: the lowest worker of the part, named in errors."""
+        view = self.view
         if choice.kind is ChoiceKind.FOLLOW:
             _check_follow(view, choice.dim, f, c)
-            view, ins, out_origin = _follow(view, ins, out_origin, choice.dim, f, c)
-            continue
+            self.view, self.ins, self.out_origin = _follow(view, self.ins, self.out_origin, choice.dim, f, c)
+            return
         if choice.kind is ChoiceKind.WHOLE:
-            break               # every worker of the group computes the whole output of this view
+            self.stopped = True         # every worker of the group computes the whole output of this view
+            return
         s = _strategy(view, choice, f)
-        for p, fill in zip((q[0] for q in ins), s.fills):
+        for p, fill in zip((q[0] for q in self.ins), s.fills):
             if fill is not None:
-                fills[p] = fill
+                self.fills[p] = fill
         desc = view.describe()
         call = None if s.exchanges else kernel_call(view.op, view.attrs, desc, s, c)
         expand = call is None and not s.exchanges and s.kind == "reduce" and expands_partials(view.op, desc)
@@ -206,71 +247,76 @@ def _compose_worker(view: NodeView, choices: Sequence[OpChoice], factors: Sequen
             regions = s.input_regions[c]
             shapes = []
             new_ins = []
-            for i, ((p, origin, window, zeroed), r, shape) in enumerate(zip(ins, regions, view.in_shapes)):
+            for i, ((p, origin, window, zeroed), r, shape) in enumerate(zip(self.ins, regions, view.in_shapes)):
                 zeroed = zeroed or (expand and c > 0 and i in s.once_inputs)   # a term one worker counts
                 if r is None:
                     new_ins.append((p, origin, window, zeroed))
                     shapes.append(shape)
-                    unread.add(p)
+                    self.unread.add(p)
                     continue
                 if any(map(any, r.pad)):
                     raise AnalysisError(f"{view.op}: a step run by the expansion reading a halo cannot be composed")
                 new_ins.append((p, tuple(o + lo for o, (lo, _) in zip(origin, r.bounds)),
                                 _narrow(window, origin, r.bounds), zeroed))
                 shapes.append(r.shape)
-            ins = new_ins
-            out_origin = [tuple(o + lo for o, (lo, _) in zip(origin, r.bounds))
-                          for origin, r in zip(out_origin, s.output_regions[c])]
-            view = NodeView(view.op, view.attrs, tuple(shapes), tuple(r.shape for r in s.output_regions[c]),
-                            view.inputs, view.outputs)
+            self.ins = new_ins
+            self.out_origin = [tuple(o + lo for o, (lo, _) in zip(origin, r.bounds))
+                               for origin, r in zip(self.out_origin, s.output_regions[c])]
+            self.view = NodeView(view.op, view.attrs, tuple(shapes), tuple(r.shape for r in s.output_regions[c]),
+                                 view.inputs, view.outputs)
             if expand:
                 for o, placement in enumerate(s.outputs):
                     if isinstance(placement, PartialSum):
-                        _partial(view.op, o, placement, j, partial, reducer)
-                expanded.append(j)
+                        _partial(view.op, o, placement, j, self.partial, self.reducer)
+                self.expanded.append(j)
             else:
-                exchanges.append(j)
-            continue
-        if exchanges and (s.kind == "reduce"):
+                self.exchanges.append(j)
+            return
+        if self.exchanges and (s.kind == "reduce"):
             raise AnalysisError(f"{view.op}: a reduction split after a statistics exchange cannot be composed")
         if call is None:
             raise AnalysisError(f"MXNet's kernel cannot run worker {c}'s shard of {s} (worker {w} of the plan)")
-        if (exchanges or expanded) and len(call.inputs) != len(ins):
+        if (self.exchanges or self.expanded) and len(call.inputs) != len(self.ins):
             raise AnalysisError(f"{view.op}: a kernel split dropping inputs after a step run by the expansion "
                                 f"cannot be composed")
         new_ins = []
         for i, r in zip(call.inputs, call.regions):
-            p, origin, window, zeroed = ins[i]
+            p, origin, window, zeroed = self.ins[i]
             start = tuple(o + lo - (pad[0] if call.padded else 0) for o, (lo, _), pad in zip(origin, r.bounds, r.pad))
             new_ins.append((p, start, _narrow(window, origin, r.bounds), zeroed or i in call.zeroed))
-        ins = new_ins
-        scale *= call.scale
+        self.ins = new_ins
+        self.scale *= call.scale
         if call.crop:
-            view = NodeView(view.op, call.attrs, call.input_shapes(), view.out_shapes,
-                            tuple(view.inputs[i] for i in call.inputs), view.outputs)
-            break
+            self.view = NodeView(view.op, call.attrs, call.input_shapes(), view.out_shapes,
+                                 tuple(view.inputs[i] for i in call.inputs), view.outputs)
+            self.stopped = True
+            return
         if call.keep is not None:
             # the kernel computes more than the worker's part: it keeps its part, and later steps do not
             # narrow the call (as a crop): every worker of the group runs it
-            keep = tuple(_box(tuple(lo for lo, _ in r.bounds), r.shape) for r in call.keep)
+            self.keep = tuple(_box(tuple(lo for lo, _ in r.bounds), r.shape) for r in call.keep)
+            self.stopped = True
         for o, placement in enumerate(s.outputs):
             if isinstance(placement, SplitDim):
                 lo = s.output_regions[c][o].bounds[placement.dim][0]
-                out_origin[o] = tuple(x + (lo if d == placement.dim else 0) for d, x in enumerate(out_origin[o]))
+                self.out_origin[o] = tuple(x + (lo if d == placement.dim else 0)
+                                           for d, x in enumerate(self.out_origin[o]))
             elif isinstance(placement, PartialSum):
-                _partial(view.op, o, placement, j, partial, reducer)
-        view = NodeView(view.op, call.attrs, call.input_shapes(), tuple(r.shape for r in s.output_regions[c]),
-                        tuple(view.inputs[i] for i in call.inputs), view.outputs)
-        if keep is not None:
-            break
-    pieces = []
-    for (p, origin, window, zeroed), shape in zip(ins, view.in_shapes):
-        box = _box(origin, shape)
-        data = tuple((max(a, c), max(max(a, c), min(b, d))) for (a, b), (c, d) in zip(box, window))
-        pieces.append(InputPiece(p, box, data, fills.get(p, 0.0), zeroed, p not in unread))
-    outs = tuple(OutputPiece(_box(origin, shape), tuple(partial[o]), reducer[o])
-                 for o, (origin, shape) in enumerate(zip(out_origin, view.out_shapes)))
-    return WorkerCall(w, view.attrs, tuple(pieces), outs, tuple(exchanges), keep, scale, tuple(expanded))
+                _partial(view.op, o, placement, j, self.partial, self.reducer)
+        self.view = NodeView(view.op, call.attrs, call.input_shapes(), tuple(r.shape for r in s.output_regions[c]),
+                             tuple(view.inputs[i] for i in call.inputs), view.outputs)
+
+    def call(self, w: int) -> WorkerCall:
+        """Worker ``w``'s call when the group's steps are done."""
+        pieces = []
+        for (p, origin, window, zeroed), shape in zip(self.ins, self.view.in_shapes):
+            box = _box(origin, shape)
+            data = tuple((max(a, c), max(max(a, c), min(b, d))) for (a, b), (c, d) in zip(box, window))
+            pieces.append(InputPiece(p, box, data, self.fills.get(p, 0.0), zeroed, p not in self.unread))
+        outs = tuple(OutputPiece(_box(origin, shape), tuple(self.partial[o]), self.reducer[o])
+                     for o, (origin, shape) in enumerate(zip(self.out_origin, self.view.out_shapes)))
+        return WorkerCall(w, self.view.attrs, tuple(pieces), outs, tuple(self.exchanges), self.keep, self.scale,
+                          tuple(self.expanded))
 
 
 def _partial(op: str, o: int, placement: PartialSum, j: int, partial: list[list[int]],
