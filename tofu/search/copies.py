@@ -47,6 +47,7 @@ from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import breadth_first_order
 
 from tofu.analysis.compose import OpChoice, compose, coordinates, held_box
+from tofu.analysis.strategies import signature_strategies
 from tofu.analysis.views import NodeView
 from tofu.errors import SearchError
 from tofu.graph.ir import LOSS_OPS, Graph, Role
@@ -195,6 +196,7 @@ class _Replay:
         #                                         number, elements, whether it is that piece on the destination)
         self.layout_arrays: dict[int, tuple] = {}             # layout -> its pieces' boxes as arrays (_arrays)
         self.boxes: dict[tuple, Box] = {}
+        self.orders: dict[int, np.ndarray] = {}             # per destination: its sources' order (order)
         self.box_ids: dict[Box, int] = {}                     # a number for every cell box met
         self.batches: dict[tuple, _Batch] = {}
         self.shapes: dict[tuple, tuple] = {}        # per calls and batches read: the order of their reads (read)
@@ -213,11 +215,17 @@ class _Replay:
             box = self.boxes[key] = held_box(shape, self.dims[t], self.factors, w)
         return box
 
-    def distance(self, u: int, w: int) -> int:
-        if u == w:
-            return 0
-        first = next(j for j, (a, b) in enumerate(zip(self.coords[u], self.coords[w])) if a != b)
-        return len(self.factors) - first
+    def order(self, dst: int) -> np.ndarray:
+        """Per device, its rank as a source for ``dst``, least first: its distance (m less the first step at
+        which the two devices' coordinates differ), then the lower device; dst itself 0."""
+        row = self.orders.get(dst)
+        if row is None:
+            coords = np.array(self.coords, dtype=np.int64).reshape(self.k, len(self.factors))
+            differ = coords != coords[dst]
+            first = np.where(differ.any(1), differ.argmax(1), len(self.factors))
+            row = self.orders[dst] = (len(self.factors) - first) * self.k + np.arange(self.k)
+            row[dst] = 0
+        return row
 
     def run(self) -> float:
         graph, sym = self.graph, self.sym
@@ -359,7 +367,7 @@ class _Replay:
                 cells = self.cells[(layout, data, dst)] = tuple(
                     (i, self.box_ids.setdefault(cell, len(self.box_ids)), math.prod(b - a for a, b in cell),
                      pieces[i][0] == dst and cell == pieces[i][1])
-                    for i, cell in _cells(pieces, data, dst, self.distance, arrays))
+                    for i, cell in _cells(pieces, data, self.order(dst), arrays))
             rows += [(e, i, box_id, volume, pieces[i][0], dst, local) for i, box_id, volume, local in cells]
         if len(self.box_ids) >= 1 << 20:
             raise SearchError("the count of copies numbers cell boxes in 20 bits: too many boxes")
@@ -530,8 +538,6 @@ class _Replay:
         backward), and the op's expansion lets that statistic carry it (:func:`statistics_gradients`: not the
         softmax's row maximum, computed under BlockGrad). A group moves its bytes only when MXNet runs it (some
         call of it is live): of a loss computed whole over later steps, the group of its first copies alone."""
-        from tofu.analysis.strategies import strategies
-
         steps = calls[0].exchange_steps
         n = math.prod(self.factors[j] for j in steps)
         var = self.choices[node.id][steps[-1]].var
@@ -546,7 +552,8 @@ class _Replay:
             call = calls[group[0]]
             piece = NodeView(node.op, call.attrs, tuple(tuple(b - a for a, b in p.box) for p in call.inputs),
                              tuple(tuple(b - a for a, b in o.box) for o in call.outputs), (), ())
-            found = [s for s in strategies(piece.describe(), 1) if s.var == var and s.exchanges]
+            found = [s for s in signature_strategies(node.op, piece.attrs, piece.in_shapes, piece.out_shapes, 1)
+                     if s.var == var and s.exchanges]
             if not found:
                 out.append(([syms[i] for i in group], 0.0))
                 continue
@@ -602,36 +609,51 @@ def _arrays(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     return lo, hi, np.array([h[0] for h in pieces]), any(h[2] for h in pieces)
 
 
-def _cells(pieces, data: Box, dst: int, distance, arrays) -> tuple[tuple[int, Box], ...]:
-    """Which piece each cell of ``data`` on ``dst`` is cut from, as (position in ``pieces``, cell): the pieces'
-    edges cut ``data`` into cells, each taken from the nearest piece (``distance``, then the lower device) of
-    every partial-sum class; ``data`` whole from a piece ``dst`` holds, when no piece is partial. ``arrays``:
-    :func:`_arrays` of ``pieces``."""
+_NEVER = np.iinfo(np.int64).max
+
+
+def _cells(pieces, data: Box, order: np.ndarray, arrays) -> tuple[tuple[int, Box], ...]:
+    """Which piece each cell of ``data`` on the destination is cut from, as (position in ``pieces``, cell): the
+    pieces' edges cut ``data`` into cells, each taken from the nearest piece (``order``: per device, its rank
+    as a source, least first, the destination itself 0; then the first piece) of every partial-sum class;
+    ``data`` whole from a piece the destination holds, when no piece is partial. ``arrays``: :func:`_arrays`
+    of ``pieces``."""
     if not all(hi > lo for lo, hi in data):
         return ()
     lo, hi, devices, partial = arrays
+    if not partial:                       # held on dst whole (the usual case): nothing else is read
+        for i in np.flatnonzero(order[devices] == 0).tolist():
+            if all(a <= c and d <= b for (a, b), (c, d) in zip(pieces[i][1], data)):
+                return ((i, data),)
     low = np.array([a for a, _ in data], dtype=np.int64)
     high = np.array([b for _, b in data], dtype=np.int64)
-    if not partial:                       # held on dst whole (the usual case): nothing else is read
-        whole = np.flatnonzero((devices == dst) & (lo <= low).all(1) & (high <= hi).all(1))
-        if whole.size:
-            return ((int(whole[0]), data),)
     parts = np.flatnonzero((np.maximum(lo, low) < np.minimum(hi, high)).all(1))
     plo, phi = lo[parts], hi[parts]
     cuts = []
     for d, (a, b) in enumerate(data):
-        e = np.concatenate((plo[:, d], phi[:, d]))
-        edges = [a, *np.unique(e[(e > a) & (e < b)]).tolist(), b]
+        edges = [a, *sorted({e for e in (*plo[:, d].tolist(), *phi[:, d].tolist()) if a < e < b}), b]
         cuts.append(list(zip(edges, edges[1:])))
+    # the cells in itertools.product's order (the last dimension fastest), and which pieces hold each
+    cells = list(itertools.product(*cuts))
+    corners = np.array(cells, dtype=np.int64).reshape(len(cells), len(data), 2)
+    c_lo, c_hi = corners[:, :, 0], corners[:, :, 1]
+    inside = ((plo[None] <= c_lo[:, None]) & (c_hi[:, None] <= phi[None])).all(2)       # cells x parts
+    rank = order[devices[parts]]          # the nearest piece: the least rank, the first of equals
+    never = _NEVER
+    if not partial:
+        best = np.where(inside, rank, never).argmin(1).tolist()
+        return tuple((int(parts[b]), cell) for b, cell, ok in zip(best, cells, inside.any(1).tolist()) if ok)
+    # one piece of every partial-sum class, in the order of the class's first piece that holds the cell
+    keys = [pieces[i][2] for i in parts.tolist()]
+    ids: dict[tuple, int] = {}
+    classes = np.array([ids.setdefault(key, len(ids)) for key in keys], dtype=np.int64)
+    per_class = []
+    for g in range(len(ids)):
+        held = inside & (classes == g)
+        per_class.append((held.argmax(1).tolist(), np.where(held, rank, never).argmin(1).tolist(),
+                          held.any(1).tolist()))
     out = []
-    for cell in itertools.product(*cuts):
-        c_lo = np.array([a for a, _ in cell], dtype=np.int64)
-        c_hi = np.array([b for _, b in cell], dtype=np.int64)
-        nearest: dict[tuple, tuple] = {}
-        for i in parts[((plo <= c_lo) & (c_hi <= phi)).all(1)].tolist():
-            h = pieces[i]
-            best = nearest.get(h[2])
-            if best is None or (distance(h[0], dst), h[0]) < (distance(best[1][0], dst), best[1][0]):
-                nearest[h[2]] = (i, h)
-        out += [(i, cell) for i, _ in nearest.values()]
+    for c, cell in enumerate(cells):
+        found = sorted((first[c], best[c]) for first, best, ok in per_class if ok[c])
+        out += [(int(parts[b]), cell) for _, b in found]
     return tuple(out)

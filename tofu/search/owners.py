@@ -30,25 +30,35 @@ Box = tuple[tuple[int, int], ...]
 def parameter_pieces(graph: Graph, factors: Sequence[int],
                      dims: Sequence[Sequence[int | None]]) -> dict[int, tuple[tuple[int, Box], ...]]:
     """Per parameter tensor id, its pieces as (owner device, box), in increasing device order: one per distinct
-    box the devices hold under the cuts ``factors``, ``dims[t]`` tensor t's split dimension at each cut."""
+    box the devices hold under the cuts ``factors``, ``dims[t]`` tensor t's split dimension at each cut (the last
+    answers are kept: a plan's byte counts and its memory ask for the same)."""
+    key = (id(graph), tuple(factors), tuple((t.id, t.shape, t.dtype, tuple(dims[t.id])) for t in graph.tensors
+                                            if t.role is Role.PARAM))
+    hit = _LAST.get(key)
+    if hit is None or hit[0] is not graph:      # the graph is kept in the entry: its id stays its own
+        if len(_LAST) >= 16:
+            _LAST.clear()
+        hit = _LAST[key] = (graph, _pieces(graph, factors, dims))
+    return dict(hit[1])
+
+
+_LAST: dict = {}        # per graph, factors and parameter dims: the graph and its pieces
+
+
+def _pieces(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]]
+            ) -> dict[int, tuple[tuple[int, Box], ...]]:
     k = math.prod(factors)
     coords = np.array([coordinates(w, factors) for w in range(k)], dtype=np.int64).reshape(k, len(factors))
     holders: list[tuple[int, int, Box, np.ndarray]] = []     # (bytes, tensor id, box, holding devices)
+    held: dict[tuple, list[tuple[int, Box, np.ndarray]]] = {}      # per shape and dims: (elements, box, devices)
     for t in graph.tensors:
         if t.role is not Role.PARAM:
             continue
-        # a device's box follows from its coordinates at the cuts that split t: devices alike there hold it alike
-        split = [j for j, d in enumerate(dims[t.id]) if d is not None]
-        code = np.zeros(k, dtype=np.int64)
-        for j in split:
-            code = code * factors[j] + coords[:, j]
-        _, first, which = np.unique(code, return_index=True, return_inverse=True)
-        boxes: dict[Box, list[np.ndarray]] = {}
-        for u, w in enumerate(first.tolist()):
-            boxes.setdefault(held_box(t.shape, dims[t.id], factors, w), []).append(np.flatnonzero(which == u))
+        boxes = held.get((t.shape, tuple(dims[t.id])))
+        if boxes is None:
+            boxes = held[(t.shape, tuple(dims[t.id]))] = _held(t.shape, dims[t.id], factors, coords)
         itemsize = np.dtype(t.dtype).itemsize
-        holders += [(math.prod(b - a for a, b in box) * itemsize, t.id, box, np.sort(np.concatenate(ws)))
-                    for box, ws in boxes.items()]
+        holders += [(n * itemsize, t.id, box, ws) for n, box, ws in boxes]
     owned = np.zeros(k, dtype=np.int64)
     pieces: dict[int, list[tuple[int, Box]]] = {}
     for nbytes, t, box, ws in sorted(holders, key=lambda h: (-h[0], h[1], h[2])):
@@ -56,6 +66,22 @@ def parameter_pieces(graph: Graph, factors: Sequence[int],
         owned[w] += nbytes
         pieces.setdefault(t, []).append((w, box))
     return {t: tuple(sorted(p)) for t, p in pieces.items()}
+
+
+def _held(shape: tuple[int, ...], dims: Sequence[int | None], factors: Sequence[int], coords: np.ndarray
+          ) -> list[tuple[int, Box, np.ndarray]]:
+    """Every distinct box of a tensor of ``shape`` split along ``dims``: its elements, the box and the devices
+    that hold it (increasing)."""
+    # a device's box follows from its coordinates at the cuts that split t: devices alike there hold it alike
+    code = np.zeros(len(coords), dtype=np.int64)
+    for j, d in enumerate(dims):
+        if d is not None:
+            code = code * factors[j] + coords[:, j]
+    _, first, which = np.unique(code, return_index=True, return_inverse=True)
+    boxes: dict[Box, list[np.ndarray]] = {}
+    for u, w in enumerate(first.tolist()):
+        boxes.setdefault(held_box(shape, dims, factors, w), []).append(np.flatnonzero(which == u))
+    return [(math.prod(b - a for a, b in box), box, np.sort(np.concatenate(ws))) for box, ws in boxes.items()]
 
 
 def owned_fractions(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]]) -> tuple[float, ...]:
