@@ -184,7 +184,8 @@ class _Replay:
             raise SearchError(f"{self.k} workers: the count of copies numbers destinations in 12 bits")
         self.coords = [coordinates(w, factors) for w in range(self.k)]
         self.sym = _Symbols()
-        self.sent: dict[int, dict[int, int]] = {}  # per tensor: (held symbol, box number, destination) -> its copy
+        # per tensor: the (held symbol, box number, destination) keys of its copies, sorted, and their symbols
+        self.sent: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.assembled: dict[tuple, int] = {}       # (tensor, the cells' symbols, box, data) -> their assembly
         self.grads = graph.with_gradient
         self.const = constant_tensors(graph)
@@ -377,15 +378,16 @@ class _Replay:
         """The symbols of the batch's remote cells, cut from the held pieces' symbols ``held`` (one per remote
         cell): each cut on its holder's device and sent once per destination (a cell met again is its first
         copy)."""
-        sent = self.sent.setdefault(t, {})
-        keys = ((held << 32) | batch.remote_key).tolist()
-        found = [sent.get(key, -1) for key in keys]
-        if -1 in found:
-            new: dict[int, int] = {}           # a new copy's key -> its first cell
-            for i, (key, got) in enumerate(zip(keys, found)):
-                if got < 0 and key not in new:
-                    new[key] = i
-            at = np.fromiter(new.values(), dtype=np.int64, count=len(new))
+        keys = (held << 32) | batch.remote_key
+        known, ids_known = self.sent.get(t, (_NONE, _NONE))
+        at = np.minimum(np.searchsorted(known, keys), max(len(known) - 1, 0))
+        hit = known[at] == keys if len(known) else np.zeros(len(keys), dtype=bool)
+        found = np.where(hit, ids_known[at] if len(known) else -1, -1)
+        if not hit.all():
+            miss = np.flatnonzero(~hit)
+            new_keys, first, which = np.unique(keys[miss], return_index=True, return_inverse=True)
+            order = np.argsort(first)       # the new copies numbered as their first cells come
+            at = miss[first[order]]
             source, volume, device, dst = held[at], batch.remote_volume[at], batch.remote_device[at], \
                 batch.remote_dst[at]
             forward = np.where(device != dst, volume * self.itemsize[t], 0).astype(np.float64)
@@ -393,13 +395,17 @@ class _Replay:
             ids = self.sym.add(np.ones(len(source), dtype=np.int64), source, PASSES, forward,
                                np.where(needs, forward, 0.0) if t in self.grads else None, needs,
                                np.where(forward > 0, dst, -1))
-            sent.update(zip(new, ids.tolist()))
+            numbered = np.empty(len(new_keys), dtype=np.int64)
+            numbered[order] = ids
+            found[miss] = numbered[which]
+            keys_all = np.concatenate((known, new_keys))
+            sort = np.argsort(keys_all, kind="stable")
+            self.sent[t] = (keys_all[sort], np.concatenate((ids_known, numbered))[sort])
             whole = (forward > 0) & (self.sym.shard[source] == volume)      # all of a parameter shard
             if whole.any():
                 self.replicas += [(s, d, src) for s, src, d in zip(ids[whole].tolist(), source[whole].tolist(),
                                                                    device[whole].tolist()) if self.params.get(src) == t]
-            found = [sent[key] if got < 0 else got for key, got in zip(keys, found)]
-        return np.array(found, dtype=np.int64)
+        return found
 
     def hold(self, op: str, t: int, calls, o: int, syms: np.ndarray, read: bool) -> tuple[list, np.ndarray]:
         """Output ``o`` of the calls (symbols ``syms``) turned into every holder's box of tensor t: partial sums
@@ -610,6 +616,7 @@ def _arrays(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
 
 
 _NEVER = np.iinfo(np.int64).max
+_NONE = np.zeros(0, dtype=np.int64)
 
 
 def _cells(pieces, data: Box, order: np.ndarray, arrays) -> tuple[tuple[int, Box], ...]:
