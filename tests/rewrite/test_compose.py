@@ -106,3 +106,27 @@ def test_choice_json_round_trip_and_validation():
                 {"kind": "reduce", "var": "ci", "dim": 0}):
         with pytest.raises((ValueError, KeyError)):
             OpChoice.from_json(bad)
+
+
+@pytest.mark.parametrize("picks", [(0, 0, 0), (0, 1, 2), (1, 2, 3), (3, 2, 1), (2, 0, 1)])
+@pytest.mark.parametrize("factors", [(2, 2, 2), (2, 1, 2)])
+def test_three_steps_of_convolution_reassemble(picks, factors):
+    """Three steps composed (workers that share their first coordinates share the state after those steps):
+    MXNet's kernel on every worker's pieces reassembles the whole output."""
+    from tofu.analysis.views import next_view
+
+    view = _conv_view(n=8, c=8, h=8, o=8)
+    rng = np.random.default_rng(sum(picks))
+    arrays = [rng.standard_normal(s).astype(np.float32) for s in view.in_shapes]
+    chain, seen_view = [], view
+    for pick, f in zip(picks, factors):
+        found = strategies(seen_view.describe(), f)
+        assert found, f"no strategy of {seen_view} over {f}"
+        s = found[pick % len(found)]
+        chain.append(OpChoice.of(s))
+        seen_view = next_view(seen_view, s, f)
+    full, got, seen = _run(view, chain, factors, arrays)
+    assert (seen == seen.max()).all()
+    np.testing.assert_allclose(got, full, rtol=1e-4, atol=1e-4)
+    calls = compose(view, chain, factors)
+    assert [c.worker for c in calls] == list(range(math.prod(factors)))
