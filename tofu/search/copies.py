@@ -380,9 +380,9 @@ class _Replay:
         copy)."""
         keys = (held << 32) | batch.remote_key
         known, ids_known = self.sent.get(t, (_NONE, _NONE))
-        at = np.minimum(np.searchsorted(known, keys), max(len(known) - 1, 0))
-        hit = known[at] == keys if len(known) else np.zeros(len(keys), dtype=bool)
-        found = np.where(hit, ids_known[at] if len(known) else -1, -1)
+        pos = np.minimum(np.searchsorted(known, keys), max(len(known) - 1, 0))
+        hit = known[pos] == keys if len(known) else np.zeros(len(keys), dtype=bool)
+        found = np.where(hit, ids_known[pos] if len(known) else -1, -1)
         if not hit.all():
             miss = np.flatnonzero(~hit)
             new_keys, first, which = np.unique(keys[miss], return_index=True, return_inverse=True)
@@ -646,9 +646,8 @@ def _cells(pieces, data: Box, order: np.ndarray, arrays) -> tuple[tuple[int, Box
     c_lo, c_hi = corners[:, :, 0], corners[:, :, 1]
     inside = ((plo[None] <= c_lo[:, None]) & (c_hi[:, None] <= phi[None])).all(2)       # cells x parts
     rank = order[devices[parts]]          # the nearest piece: the least rank, the first of equals
-    never = _NEVER
     if not partial:
-        best = np.where(inside, rank, never).argmin(1).tolist()
+        best = np.where(inside, rank, _NEVER).argmin(1).tolist()
         return tuple((int(parts[b]), cell) for b, cell, ok in zip(best, cells, inside.any(1).tolist()) if ok)
     # one piece of every partial-sum class, in the order of the class's first piece that holds the cell
     keys = [pieces[i][2] for i in parts.tolist()]
@@ -657,7 +656,7 @@ def _cells(pieces, data: Box, order: np.ndarray, arrays) -> tuple[tuple[int, Box
     per_class = []
     for g in range(len(ids)):
         held = inside & (classes == g)
-        per_class.append((held.argmax(1).tolist(), np.where(held, rank, never).argmin(1).tolist(),
+        per_class.append((held.argmax(1).tolist(), np.where(held, rank, _NEVER).argmin(1).tolist(),
                           held.any(1).tolist()))
     out = []
     for c, cell in enumerate(cells):

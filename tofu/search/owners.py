@@ -34,15 +34,15 @@ def parameter_pieces(graph: Graph, factors: Sequence[int],
     answers are kept: a plan's byte counts and its memory ask for the same)."""
     key = (id(graph), tuple(factors), tuple((t.id, t.shape, t.dtype, tuple(dims[t.id])) for t in graph.tensors
                                             if t.role is Role.PARAM))
-    hit = _LAST.get(key)
+    hit = _KEPT.get(key)
     if hit is None or hit[0] is not graph:      # the graph is kept in the entry: its id stays its own
-        if len(_LAST) >= 16:
-            _LAST.clear()
-        hit = _LAST[key] = (graph, _pieces(graph, factors, dims))
+        if len(_KEPT) >= 16:
+            _KEPT.clear()
+        hit = _KEPT[key] = (graph, _pieces(graph, factors, dims))
     return dict(hit[1])
 
 
-_LAST: dict = {}        # per graph, factors and parameter dims: the graph and its pieces
+_KEPT: dict = {}        # per graph, factors and parameter dims: the graph and its pieces
 
 
 def _pieces(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]]
