@@ -616,14 +616,12 @@ def _items(graph: Graph, ids) -> list[int]:
 
 
 def clear_caches() -> None:
-    """Forgets every cost table (for cold timings), and the worker calls and parameter owners a plan's bytes
-    are counted from."""
+    """Forgets every cost table (for cold timings), and the worker calls a plan's bytes are counted from."""
     from tofu.search.copies import _calls
-    from tofu.search.owners import _KEPT
 
     for cached in (_strategies, _input_costs, _output_costs, _layout, _calls):
         cached.cache_clear()
-    for table in (_CLASS_COSTS, _VIEW_KEYS, _INTERNED, _EXCLUDED, _INFO, _FLAT, _KEPT):
+    for table in (_CLASS_COSTS, _VIEW_KEYS, _INTERNED, _EXCLUDED, _INFO, _FLAT):
         table.clear()
 
 

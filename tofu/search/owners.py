@@ -30,23 +30,7 @@ Box = tuple[tuple[int, int], ...]
 def parameter_pieces(graph: Graph, factors: Sequence[int],
                      dims: Sequence[Sequence[int | None]]) -> dict[int, tuple[tuple[int, Box], ...]]:
     """Per parameter tensor id, its pieces as (owner device, box), in increasing device order: one per distinct
-    box the devices hold under the cuts ``factors``, ``dims[t]`` tensor t's split dimension at each cut (the last
-    answers are kept: a plan's byte counts and its memory ask for the same)."""
-    key = (id(graph), tuple(factors), tuple((t.id, t.shape, t.dtype, tuple(dims[t.id])) for t in graph.tensors
-                                            if t.role is Role.PARAM))
-    hit = _KEPT.get(key)
-    if hit is None or hit[0] is not graph:      # the graph is kept in the entry: its id stays its own
-        if len(_KEPT) >= 16:
-            _KEPT.clear()
-        hit = _KEPT[key] = (graph, _pieces(graph, factors, dims))
-    return dict(hit[1])
-
-
-_KEPT: dict = {}        # per graph, factors and parameter dims: the graph and its pieces
-
-
-def _pieces(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]]
-            ) -> dict[int, tuple[tuple[int, Box], ...]]:
+    box the devices hold under the cuts ``factors``, ``dims[t]`` tensor t's split dimension at each cut."""
     k = math.prod(factors)
     coords = np.array([coordinates(w, factors) for w in range(k)], dtype=np.int64).reshape(k, len(factors))
     holders: list[tuple[int, int, Box, np.ndarray]] = []     # (bytes, tensor id, box, holding devices)
