@@ -125,4 +125,5 @@ def clear_caches() -> None:
     coarsen._elementwise.cache_clear()
     cost.clear_caches()
     compose._by_choice.cache_clear()
+    compose._follows.cache_clear()
     views.clear_calls()

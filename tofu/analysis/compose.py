@@ -36,6 +36,7 @@ from functools import lru_cache
 from tofu.analysis.strategies import PartialSum, PartitionStrategy, SplitDim, signature_strategies
 from tofu.analysis.views import NodeView, expands_partials, kernel_call
 from tofu.errors import AnalysisError
+from tofu.tdl.describe import describe
 
 Box = tuple[tuple[int, int], ...]        # per dimension [lo, hi) in the whole tensor's coordinates
 
@@ -181,7 +182,7 @@ def compose(view: NodeView, choices: Sequence[OpChoice], factors: Sequence[int])
             member.advance(j, choices[j], f, c, first + c * size)
             walk(member, j + 1, first + c * size, size)
 
-    walk(_Group.of(view), 0, 0, k)
+    walk(_Group(view), 0, 0, k)
     return tuple(calls)
 
 
@@ -204,20 +205,17 @@ class _Group:
     __slots__ = ("view", "ins", "out_origin", "partial", "reducer", "exchanges", "expanded", "fills", "keep",
                  "scale", "unread", "stopped")
 
-    @classmethod
-    def of(cls, view: NodeView) -> "_Group":
-        g = cls.__new__(cls)
-        g.view = view
-        g.ins = [(p, (0,) * len(s), _box((0,) * len(s), s), False) for p, s in enumerate(view.in_shapes)]
-        g.out_origin = [(0,) * len(s) for s in view.out_shapes]
-        g.partial = [[] for _ in view.out_shapes]
-        g.reducer = [None] * len(view.out_shapes)
-        g.exchanges, g.expanded, g.fills = [], [], {}
-        g.keep, g.scale, g.unread, g.stopped = None, 1.0, set(), False
-        return g
+    def __init__(self, view: NodeView):
+        self.view = view
+        self.ins = [(p, (0,) * len(s), _box((0,) * len(s), s), False) for p, s in enumerate(view.in_shapes)]
+        self.out_origin = [(0,) * len(s) for s in view.out_shapes]
+        self.partial = [[] for _ in view.out_shapes]
+        self.reducer = [None] * len(view.out_shapes)
+        self.exchanges, self.expanded, self.fills = [], [], {}
+        self.keep, self.scale, self.unread, self.stopped = None, 1.0, set(), False
 
     def copy(self) -> "_Group":
-        g = _Group.__new__(_Group)
+        g = _Group.__new__(_Group)      # past __init__: every slot is copied below
         g.view, g.ins, g.out_origin = self.view, self.ins, list(self.out_origin)
         g.partial, g.reducer = [list(p) for p in self.partial], list(self.reducer)
         g.exchanges, g.expanded, g.fills = list(self.exchanges), list(self.expanded), dict(self.fills)
@@ -340,19 +338,23 @@ def _check_follow(view: NodeView, d: int | None, f: int, c: int) -> None:
         AnalysisError: no such proven split (a plan edited by hand, or one whose op is not element-wise at
             this step's shapes).
     """
-    if d is None:
-        return
-    for s in _by_choice(view.op, view.attrs, view.in_shapes, view.out_shapes, f).values():
+    if d is not None and not _follows(view.op, view.attrs, view.in_shapes, view.out_shapes, d, f, c):
+        raise AnalysisError(f"{view.op} at shape {list(view.out_shapes[0])} follows a split of dimension {d} over "
+                            f"{f} workers that the analysis did not prove runnable")
+
+
+@lru_cache(maxsize=16384)
+def _follows(op, attrs, ins, outs, d: int, f: int, c: int) -> bool:
+    """:func:`_check_follow`'s answer for part c (cached: the views of a signature's groups repeat)."""
+    for s in _by_choice(op, attrs, ins, outs, f).values():
         if s.kind != "output" or s.exchanges or s.outputs[0] != SplitDim(d):
             continue
         same = all(r[0] is not None and r[0].bounds == o[0].bounds and r[0].pad == o[0].pad
                    for r, o in zip(s.input_regions, s.output_regions))
-        call = kernel_call(view.op, view.attrs, view.describe(), s, c) if same else None
-        if call is not None and call.attrs == view.attrs and call.keep is None and not call.crop \
-                and call.scale == 1.0:
-            return
-    raise AnalysisError(f"{view.op} at shape {list(view.out_shapes[0])} follows a split of dimension {d} over {f} "
-                        f"workers that the analysis did not prove runnable")
+        call = kernel_call(op, attrs, describe(op, attrs, ins, outs), s, c) if same else None
+        if call is not None and call.attrs == attrs and call.keep is None and not call.crop and call.scale == 1.0:
+            return True
+    return False
 
 
 def _follow(view: NodeView, ins, out_origin, d: int | None, f: int, c: int):
