@@ -72,10 +72,10 @@ def test_cells_match_the_brute_force_reference(seed):
         lo = [int(rng.integers(0, n)) for n in shape]
         data = tuple((a, int(rng.integers(a + 1, n + 1))) for a, n in zip(lo, shape))
         dst = int(rng.integers(0, k))
-        got = _cells(pieces, data, order(dst), _arrays(pieces))
+        got = _cells(pieces, data, dst, order(dst), _arrays(pieces))
         assert got == reference(pieces, data, dst, distance), (pieces, data, dst)
         assert all(type(x) is int for _, cell in got for iv in cell for x in iv)
         cases += 1
     empty = tuple((0, 0) if d == 0 else (0, n) for d, n in enumerate(shape))
-    assert _cells(pieces, empty, order(0), _arrays(pieces)) == ()
+    assert _cells(pieces, empty, 0, order(0), _arrays(pieces)) == ()
     assert cases == 25

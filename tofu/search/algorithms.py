@@ -20,7 +20,7 @@ import select
 import signal
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -30,9 +30,9 @@ from tofu.errors import SearchError, TofuError
 from tofu.graph.gradients import undifferentiable
 from tofu.graph.ir import Graph
 from tofu.search.coarsen import coarsen
-from tofu.search.copies import copies_and_kept
+from tofu.search.copies import Recount, copies_and_kept
 from tofu.search.dp import solve_dp
-from tofu.search.owners import owned_fractions
+from tofu.search.owners import owned_fractions, parameter_pieces
 from tofu.search.plan import Plan, PlanStep, per_device_memory
 from tofu.search.recursive import CutStep, factorize, search, total_cost
 
@@ -321,15 +321,17 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                  for shape, d in zip(final, s.tensor_dims)]
     choices = [tuple(OpChoice.of(st, s.tensor_dims[n.outputs[0]]) for n, st in zip(graph.nodes, s.strategies))
                for s in steps]
-    costs, kept, replicas = _step_costs(graph, steps, choices, concurrent)
+    costs, kept, replicas, owners = _step_costs(graph, steps, choices, concurrent)
     plan_steps = tuple(PlanStep(s.factor, s.groups, cost,
                                 tuple((t.name, d) for t, d in zip(graph.tensors, s.tensor_dims)),
                                 tuple((n.name, c) for n, c in zip(graph.nodes, step_choices)))
                        for s, cost, step_choices in zip(steps, costs, choices))
     if kept is None:        # a plan the runtime cannot run: the search's own count, spread over the devices
         kept = (sum(s.kept_bytes for s in steps) / workers,)
-    owned = owned_fractions(graph, [s.factor for s in steps], [tuple(s.tensor_dims[t.id] for s in steps)
-                                                                for t in graph.tensors])
+    if owners is None:
+        owners = parameter_pieces(graph, [s.factor for s in steps], [tuple(s.tensor_dims[t.id] for s in steps)
+                                                                      for t in graph.tensors])
+    owned = owned_fractions(graph, owners, workers)
     memory = per_device_memory(graph, final, owned, fetched=kept if len(kept) == workers else max(kept, default=0.0),
                                transient=_largest_buffer(graph, steps, final), replicas=replicas or ())
     return Plan(graph.name, workers, algo, plan_steps, float(sum(costs)), seconds,
@@ -337,30 +339,31 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
 
 
 def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, concurrent: bool = False
-                ) -> tuple[list[float], tuple[float, ...] | None, tuple[float, ...] | None]:
+                ) -> tuple[list[float], tuple[float, ...] | None, tuple[float, ...] | None, Mapping | None]:
     """Each step's d_j as the runtime moves it: what the first j cuts copy less what the first j - 1 copy
     (:mod:`tofu.search.copies`), and per device the forward bytes it receives and keeps for the backward pass
-    under all the cuts (each region once), and what the runtime's parameter replicas hold beyond that. The
-    search's own costs, which charge every op for its pieces, are the same but where ops on a device share a
-    piece or MXNet runs no op that needs one; for a plan the runtime cannot run (a search without the
-    runnability check), they are kept, and the per-device bytes are None.
+    under all the cuts (each region once), what the runtime's parameter replicas hold beyond that, and the
+    parameters' owners the count found (:func:`tofu.search.owners.parameter_pieces`). The search's own costs,
+    which charge every op for its pieces, are the same but where ops on a device share a piece or MXNet runs no
+    op that needs one; for a plan the runtime cannot run (a search without the runnability check), they are
+    kept, and the per-device bytes and the owners are None.
 
     With ``concurrent`` and a core to spare, a forked process counts the prefixes from the longest down while
     the last is counted here, and then the shortest ones here up, until the two meet (a count costs a part per
     op and a part per worker's call: which side is quicker depends on the graph); the one the child is counting
     when they meet is waited for."""
-    def count(j: int) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+    def count(j: int) -> Recount:
         return copies_and_kept(graph, [s.factor for s in steps[:j]],
                                [tuple(s.tensor_dims[t.id] for s in steps[:j]) for t in graph.tensors],
                                [tuple(c[n.id] for c in choices[:j]) for n in graph.nodes])
 
     n = len(steps)
     down = tuple(range(n - 1, 0, -1))      # the child's order
-    child = _Forked.start(lambda: (count(j)[0] for j in down), n - 1, "the plan's prefixes") \
+    child = _Forked.start(lambda: (count(j).total for j in down), n - 1, "the plan's prefixes") \
         if concurrent and n > 1 and _fork_pays(graph) else None
     try:
         start = time.perf_counter()
-        total, kept, replicas = count(n) if n else (0.0, (), ())
+        last = count(n) if n else None
         wait = max(5.0, 2 * (time.perf_counter() - start))     # bounds a child stuck at fork (a lock held)
         known: dict[int, float] = {}
         for j in range(1, n):
@@ -370,15 +373,17 @@ def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, concurrent: b
                     sent = child.arrived(len(sent) + 1, wait)
                 known.update(zip(down, sent))
             if j not in known:
-                known[j] = count(j)[0]
+                known[j] = count(j).total
         prefixes = [known[j] for j in range(1, n)]
     except TofuError:
-        return [float(s.cost) for s in steps], None, None
+        return [float(s.cost) for s in steps], None, None, None
     finally:
         if child is not None:
             child.close()
-    totals = [*prefixes, total][:n]
-    return [now - before for before, now in zip([0.0, *totals], totals)], kept, replicas
+    if last is None:
+        return [], (), (), None
+    totals = [*prefixes, last.total]
+    return [now - before for before, now in zip([0.0, *totals], totals)], last.kept, last.replicas, last.owners
 
 
 def _largest_buffer(graph: Graph, steps: tuple[CutStep, ...], final) -> int:

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -70,16 +71,25 @@ def copied_bytes(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[i
     return _Replay(graph, tuple(factors), dims, choices).run()
 
 
+@dataclass(frozen=True)
+class Recount:
+    """What :func:`copies_and_kept` finds under a plan's cuts."""
+    total: float                        # bytes copied across devices per training iteration
+    kept: tuple[float, ...]             # per device: forward bytes received and kept for the backward pass
+    replicas: tuple[float, ...]         # per device: what the parameter replicas hold beyond ``kept``
+    owners: Mapping[int, tuple[tuple[int, Box], ...]]     # per parameter: :func:`parameter_pieces`
+
+
 def copies_and_kept(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]],
-                    choices: Sequence[Sequence[OpChoice]]
-                    ) -> tuple[float, tuple[float, ...], tuple[float, ...]]:
+                    choices: Sequence[Sequence[OpChoice]]) -> Recount:
     """:func:`copied_bytes`; per device the forward bytes it receives for the inputs of ops that keep them
     for the backward pass (:attr:`tofu.graph.memory.MemoryRule.keeps_inputs`): each region a device receives
     counted once, however many ops there read it (they read one copy), as MXNet holds it until the backward;
-    and per device what the runtime's parameter replicas hold beyond that (:meth:`_Replay.replicas_per_device`)."""
+    per device what the runtime's parameter replicas hold beyond that (:meth:`_Replay.replicas_per_device`);
+    and the parameters' owners the count used."""
     replay = _Replay(graph, tuple(factors), dims, choices)
     total = replay.run()
-    return total, replay.kept_per_device(), replay.replicas_per_device()
+    return Recount(total, replay.kept_per_device(), replay.replicas_per_device(), replay.owners)
 
 
 class _Symbols:
@@ -183,6 +193,7 @@ class _Replay:
         if self.k >= 1 << 12:
             raise SearchError(f"{self.k} workers: the count of copies numbers destinations in 12 bits")
         self.coords = [coordinates(w, factors) for w in range(self.k)]
+        self.coord_rows = np.array(self.coords, dtype=np.int64).reshape(self.k, len(factors))
         self.sym = _Symbols()
         # per tensor: the (held symbol, box number, destination) keys of its copies, sorted, and their symbols
         self.sent: dict[int, tuple[np.ndarray, np.ndarray]] = {}
@@ -221,8 +232,7 @@ class _Replay:
         which the two devices' coordinates differ), then the lower device; dst itself 0."""
         row = self.orders.get(dst)
         if row is None:
-            coords = np.array(self.coords, dtype=np.int64).reshape(self.k, len(self.factors))
-            differ = coords != coords[dst]
+            differ = self.coord_rows != self.coord_rows[dst]
             first = np.where(differ.any(1), differ.argmax(1), len(self.factors))
             row = self.orders[dst] = (len(self.factors) - first) * self.k + np.arange(self.k)
             row[dst] = 0
@@ -233,7 +243,7 @@ class _Replay:
         read = {t for n in graph.nodes for t in n.inputs}
         consumed = read | set(graph.heads)
         held: dict[int, tuple[list, np.ndarray]] = {}     # per tensor: its held pieces (device, box, partial key)
-        owners = parameter_pieces(graph, self.factors, self.dims)     # and their symbols
+        owners = self.owners = parameter_pieces(graph, self.factors, self.dims)     # and their symbols
         for t in graph.tensors:
             if t.producer is None and t.role is not Role.AUX:
                 # a parameter's replicas read it from its owner
@@ -368,7 +378,7 @@ class _Replay:
                 cells = self.cells[(layout, data, dst)] = tuple(
                     (i, self.box_ids.setdefault(cell, len(self.box_ids)), math.prod(b - a for a, b in cell),
                      pieces[i][0] == dst and cell == pieces[i][1])
-                    for i, cell in _cells(pieces, data, self.order(dst), arrays))
+                    for i, cell in _cells(pieces, data, dst, self.order(dst), arrays))
             rows += [(e, i, box_id, volume, pieces[i][0], dst, local) for i, box_id, volume, local in cells]
         if len(self.box_ids) >= 1 << 20:
             raise SearchError("the count of copies numbers cell boxes in 20 bits: too many boxes")
@@ -607,29 +617,32 @@ def _calls(op, attrs, ins, outs, choices, factors):
                    factors)
 
 
-def _arrays(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+def _arrays(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, dict[int, list[int]]]:
     """The pieces' boxes as arrays for :func:`_cells`: their lower and upper corners (n x rank), their devices,
-    and whether any piece is a partial sum."""
+    whether any piece is a partial sum, and per device the positions of its pieces."""
     lo = np.array([[a for a, _ in h[1]] for h in pieces], dtype=np.int64).reshape(len(pieces), -1)
     hi = np.array([[b for _, b in h[1]] for h in pieces], dtype=np.int64).reshape(len(pieces), -1)
-    return lo, hi, np.array([h[0] for h in pieces]), any(h[2] for h in pieces)
+    on: dict[int, list[int]] = {}
+    for i, h in enumerate(pieces):
+        on.setdefault(h[0], []).append(i)
+    return lo, hi, np.array([h[0] for h in pieces]), any(h[2] for h in pieces), on
 
 
 _NEVER = np.iinfo(np.int64).max
 _NONE = np.zeros(0, dtype=np.int64)
 
 
-def _cells(pieces, data: Box, order: np.ndarray, arrays) -> tuple[tuple[int, Box], ...]:
+def _cells(pieces, data: Box, dst: int, order: np.ndarray, arrays) -> tuple[tuple[int, Box], ...]:
     """Which piece each cell of ``data`` on the destination is cut from, as (position in ``pieces``, cell): the
     pieces' edges cut ``data`` into cells, each taken from the nearest piece (``order``: per device, its rank
     as a source, least first, the destination itself 0; then the first piece) of every partial-sum class;
-    ``data`` whole from a piece the destination holds, when no piece is partial. ``arrays``: :func:`_arrays`
-    of ``pieces``."""
+    ``data`` whole from a piece the destination ``dst`` holds, when no piece is partial. ``arrays``:
+    :func:`_arrays` of ``pieces``."""
     if not all(hi > lo for lo, hi in data):
         return ()
-    lo, hi, devices, partial = arrays
+    lo, hi, devices, partial, on = arrays
     if not partial:                       # held on dst whole (the usual case): nothing else is read
-        for i in np.flatnonzero(order[devices] == 0).tolist():
+        for i in on.get(dst, ()):
             if all(a <= c and d <= b for (a, b), (c, d) in zip(pieces[i][1], data)):
                 return ((i, data),)
     low = np.array([a for a, _ in data], dtype=np.int64)
@@ -637,8 +650,8 @@ def _cells(pieces, data: Box, order: np.ndarray, arrays) -> tuple[tuple[int, Box
     parts = np.flatnonzero((np.maximum(lo, low) < np.minimum(hi, high)).all(1))
     plo, phi = lo[parts], hi[parts]
     cuts = []
-    for d, (a, b) in enumerate(data):
-        edges = [a, *sorted({e for e in (*plo[:, d].tolist(), *phi[:, d].tolist()) if a < e < b}), b]
+    for (a, b), lows, highs in zip(data, plo.T.tolist(), phi.T.tolist()):
+        edges = [a, *sorted({e for e in (*lows, *highs) if a < e < b}), b]
         cuts.append(list(zip(edges, edges[1:])))
     # the cells in itertools.product's order (the last dimension fastest), and which pieces hold each
     cells = list(itertools.product(*cuts))

@@ -17,7 +17,7 @@ memory and the simulator all read the owners from here.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -68,12 +68,12 @@ def _held(shape: tuple[int, ...], dims: Sequence[int | None], factors: Sequence[
     return [(math.prod(b - a for a, b in box), box, np.sort(np.concatenate(ws))) for box, ws in boxes.items()]
 
 
-def owned_fractions(graph: Graph, factors: Sequence[int], dims: Sequence[Sequence[int | None]]) -> tuple[float, ...]:
-    """Per device, the fraction of the parameters' elements it holds as an owner."""
-    k = math.prod(factors)
+def owned_fractions(graph: Graph, pieces: Mapping[int, Sequence[tuple[int, Box]]], k: int) -> tuple[float, ...]:
+    """Per device of ``k``, the fraction of the parameters' elements it holds as an owner, ``pieces`` the
+    parameters' pieces (:func:`parameter_pieces`)."""
     total = sum(t.size for t in graph.tensors if t.role is Role.PARAM)
     held = [0] * k
-    for pieces in parameter_pieces(graph, factors, dims).values():
-        for w, box in pieces:
+    for owned in pieces.values():
+        for w, box in owned:
             held[w] += math.prod(b - a for a, b in box)
     return tuple(h / total if total else 1.0 for h in held)
