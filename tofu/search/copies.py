@@ -96,10 +96,10 @@ class _Symbols:
     """The replay's symbols as arrays, grown by doubling: per symbol where its edges end, the bytes its copy
     moves forward and backward (the latter when a gradient reaches it), whether it needs a gradient, the device
     it was copied to (-1: not a copy), whether an op keeps it for the backward pass and, for a parameter shard,
-    its elements; per edge the symbol read and whether the reader gives it a gradient (:data:`Gives`)."""
+    its elements and its tensor (-1: not a shard); per edge the symbol read and whether the reader gives it a gradient (:data:`Gives`)."""
 
     _ROWS = (("ends", np.int64, 0), ("nbytes", np.float64, 0), ("back", np.float64, 0), ("needs", bool, 0),
-             ("dst", np.int64, -1), ("kept", bool, 0), ("shard", np.int64, 0))
+             ("dst", np.int64, -1), ("kept", bool, 0), ("shard", np.int64, 0), ("param", np.int64, -1))
 
     def __init__(self, capacity: int = 1 << 14):
         self.n = self.m = 0
@@ -200,8 +200,7 @@ class _Replay:
         self.assembled: dict[tuple, int] = {}       # (tensor, the cells' symbols, box, data) -> their assembly
         self.grads = graph.with_gradient
         self.const = constant_tensors(graph)
-        self.params: dict[int, int] = {}            # a parameter shard's symbol: its tensor
-        self.replicas: list[tuple[int, int, int]] = []     # a copy of a whole parameter shard, its owner, the shard
+        self.replicas: list[np.ndarray] = []    # rows (copy of a whole parameter shard, its owner, the shard)
         self.layouts: dict[int, tuple[list, int]] = {}       # id of a pieces list -> (the list, its layout)
         self.layout_ids: dict[tuple, int] = {}
         self.cells: dict[tuple, tuple] = {}     # (layout, data, destination) -> its cells: (position, box's
@@ -252,7 +251,7 @@ class _Replay:
                 held[t.id] = ([(w, b, ()) for w, b in boxes], ids)
                 if t.role is Role.PARAM:
                     sym.shard[ids] = [math.prod(hi - lo for lo, hi in b) for _, b in boxes]
-                    self.params.update((s, t.id) for s in ids.tolist())
+                    sym.param[ids] = t.id
         exchanges: list[tuple[list[int], float]] = []
         for node in graph.nodes:
             if node.outputs and node.outputs[0] in self.const:
@@ -334,7 +333,8 @@ class _Replay:
             made.append(number)
         if new:
             counts = np.array([len(key[1]) for key in new], dtype=np.int64)
-            reads = np.fromiter((c for key in new for c in key[1]), dtype=np.int64, count=int(counts.sum()))
+            reads = np.fromiter(itertools.chain.from_iterable(key[1] for key in new), dtype=np.int64,
+                                count=int(counts.sum()))
             needs = np.bincount(np.repeat(np.arange(len(counts)), counts)[self.sym.needs[reads]],
                                 minlength=len(counts)) > 0
             ids = self.sym.add(counts, reads, RUNS, needs=needs)
@@ -411,10 +411,10 @@ class _Replay:
             keys_all = np.concatenate((known, new_keys))
             sort = np.argsort(keys_all, kind="stable")
             self.sent[t] = (keys_all[sort], np.concatenate((ids_known, numbered))[sort])
-            whole = (forward > 0) & (self.sym.shard[source] == volume)      # all of a parameter shard
+            # all of a shard of parameter t
+            whole = (forward > 0) & (self.sym.shard[source] == volume) & (self.sym.param[source] == t)
             if whole.any():
-                self.replicas += [(s, d, src) for s, src, d in zip(ids[whole].tolist(), source[whole].tolist(),
-                                                                   device[whole].tolist()) if self.params.get(src) == t]
+                self.replicas.append(np.stack((ids[whole], device[whole], source[whole]), axis=1))
         return found
 
     def hold(self, op: str, t: int, calls, o: int, syms: np.ndarray, read: bool) -> tuple[list, np.ndarray]:
@@ -526,7 +526,7 @@ class _Replay:
         resident): a replica's weight where no op keeps it for the backward pass, and when a gradient reaches it
         its gradient there; on the owner of a shard whose replicas send gradients, one buffer of the shard's
         size that receives them in turn (after :meth:`run`)."""
-        copy, owner, shard = np.array(self.replicas, dtype=np.int64).reshape(-1, 3).T
+        copy, owner, shard = np.concatenate(self.replicas).T if self.replicas else np.zeros((3, 0), dtype=np.int64)
         live = self.live[copy]
         copy, owner, shard = copy[live], owner[live], shard[live]
         gradient, nbytes = self.reached[copy], self.sym.nbytes[copy]
