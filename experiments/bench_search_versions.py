@@ -9,13 +9,16 @@ A model is a zoo name or ``gluon:NET``: a Gluon model-zoo network (``gluon:dense
 both trees as a user's symbol file with a softmax loss over its logits.
 
 The revision is checked out into a temporary git worktree. Each round runs every model once in each tree
-(alternating, in fresh processes with one burn-in plan), ``--repeats`` cold searches each (every cache
-cleared), so both trees see the same machine load; ``search_seconds`` is the plan's own search time,
-``plan_seconds`` the whole ``plan_graph`` call (the recount of the bytes, :mod:`tofu.search.copies`, included); results/bench_versions/<tag>.csv gets every timing with the
-plan's bytes, and the medians and their ratio are printed. A model the older tree does not know is skipped
-there. With ``--command``, each round also times the whole command a user types, ``python -m tofu plan MODEL
---workers K`` in a fresh process of each tree (``command_seconds``: MXNet's import, the search, the recount, the
-printing and the process's exit). Machines here are shared and noisy: read the ratio, not the absolute seconds.
+(alternating, in fresh processes with one burn-in plan), ``--repeats`` cold searches each (every cache cleared), so
+both trees see the same machine load; the tree that goes first alternates from round to round, since a plan forks a
+second process only while the load average leaves a core idle (``_fork_pays``), and the load the first tree leaves
+weighs on the second (``load`` records the 1-minute load average before each run); ``search_seconds`` is the plan's
+own search time, ``plan_seconds`` the whole ``plan_graph`` call (the recount of the bytes,
+:mod:`tofu.search.copies`, included); results/bench_versions/<tag>.csv gets every timing with the plan's bytes, and
+the medians and their ratio are printed. A model the older tree does not know is skipped there. With ``--command``,
+each round also times the whole command a user types, ``python -m tofu plan MODEL --workers K`` in a fresh process
+of each tree (``command_seconds``: MXNet's import, the search, the recount, the printing and the process's exit).
+Machines here are shared and noisy: read the ratio, not the absolute seconds.
 """
 from __future__ import annotations
 
@@ -34,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments.common import RowWriter, write_sidecar  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-COLUMNS = ("tree", "model", "workers", "round", "repeat", "status", "search_seconds", "plan_seconds", "comm_bytes",
-           "command_seconds")
+COLUMNS = ("tree", "model", "workers", "round", "repeat", "status", "load", "search_seconds", "plan_seconds",
+           "comm_bytes", "command_seconds")
 TIMER = r"""
 import json, sys, time
 from tofu.api import clear_caches, load_graph
@@ -124,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
             commands: dict[tuple[str, str], list[float]] = {}
             for r in range(args.rounds):
                 for model in args.models.split(","):
-                    for tree, path in (("old", old), ("new", ROOT)):
+                    trees = (("old", old), ("new", ROOT))
+                    for tree, path in trees if r % 2 == 0 else trees[::-1]:
+                        load = f"{os.getloadavg()[0]:.2f}"
                         got = _time(path, specs[model], args.workers, args.repeats)
                         if isinstance(got, str):
                             writer.write({"tree": tree, "model": model, "workers": args.workers, "round": r,
@@ -135,11 +140,11 @@ def main(argv: list[str] | None = None) -> int:
                             times.setdefault((tree, model), []).append(seconds)
                             walls.setdefault((tree, model), []).append(wall)
                             writer.write({"tree": tree, "model": model, "workers": args.workers, "round": r,
-                                          "repeat": i, "status": "ok", "search_seconds": f"{seconds:.4f}",
+                                          "repeat": i, "status": "ok", "load": load, "search_seconds": f"{seconds:.4f}",
                                           "plan_seconds": f"{wall:.4f}", "comm_bytes": f"{comm:.0f}"})
                         print(f"round {r + 1}/{args.rounds} {tree} {model}: search "
                               f"{' '.join(f'{s:.2f}' for s, _, _ in got)} s, plan "
-                              f"{' '.join(f'{w:.2f}' for _, w, _ in got)} s", flush=True)
+                              f"{' '.join(f'{w:.2f}' for _, w, _ in got)} s (load {load})", flush=True)
                         if args.command:
                             took = _command(path, specs[model], args.workers)
                             ok = not isinstance(took, str)

@@ -1,18 +1,21 @@
 """bench_search_versions.py against HEAD itself (an A/A run) on mlp at 2 workers: both trees plan the same bytes,
-and ``--command`` times a whole ``python -m tofu plan`` process, which imports MXNet and plans: longer than the
-plan alone in the same tree and round."""
+``--command`` times a whole ``python -m tofu plan`` process, which imports MXNet and plans: longer than the plan
+alone in the same tree and round, and the tree that runs first alternates from round to round."""
 import csv
 
 from experiments import bench_search_versions as bench
 
 
 def test_an_a_a_run_with_the_command_timed(tmp_path, capsys):
-    assert bench.main(["--against", "HEAD", "--models", "mlp", "--workers", "2", "--rounds", "1", "--repeats", "1",
+    assert bench.main(["--against", "HEAD", "--models", "mlp", "--workers", "2", "--rounds", "2", "--repeats", "1",
                        "--command", "--tag", "aa", "--out-dir", str(tmp_path)]) == 0
     rows = list(csv.DictReader((tmp_path / "aa.csv").open()))
-    assert all(r["status"] == "ok" for r in rows) and len(rows) == 4
-    plans = {r["tree"]: r for r in rows if r["plan_seconds"]}
-    commands = {r["tree"]: float(r["command_seconds"]) for r in rows if r["command_seconds"]}
+    assert all(r["status"] == "ok" for r in rows) and len(rows) == 8
+    timed = [r for r in rows if r["plan_seconds"]]
+    assert [(r["round"], r["tree"]) for r in timed] == [("0", "old"), ("0", "new"), ("1", "new"), ("1", "old")]
+    assert all(float(r["load"]) >= 0 for r in timed)
+    plans = {r["tree"]: r for r in timed if r["round"] == "0"}
+    commands = {r["tree"]: float(r["command_seconds"]) for r in rows if r["command_seconds"] and r["round"] == "0"}
     assert set(plans) == set(commands) == {"old", "new"}
     assert plans["old"]["comm_bytes"] == plans["new"]["comm_bytes"] != ""
     for tree, seconds in commands.items():
