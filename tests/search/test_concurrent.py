@@ -1,6 +1,7 @@
 """plan_graph's concurrent one-cut search (issue 9): ``tofu``'s k-way cut costed in a forked process while the
 recursion runs must give the sequential plan, byte for byte, whichever order wins and whatever the fork does;
-and so must the plan's prefix recounts (issue 23), counted in a forked process while the last is counted here.
+and so must the plan's prefix recounts (issue 23), counted in forked processes, begun while the recursion searches
+on or while the last prefix is counted here.
 
 The reference is the same call with ``concurrent=False``; the fork is forced (a spare core is not assumed).
 """
@@ -138,19 +139,25 @@ def test_small_graphs_never_fork():
 
 @pytest.fixture
 def prefixes(monkeypatch):
-    """Forces the fork of the plan's prefix recounts; records what each child had sent when last asked, and
-    the cuts of every count made in this process. This process's counts wait 0.5 s first, so that a child
-    that counts has sent everything by the time it is asked."""
+    """Forces the fork of the plan's prefix recounts; records what each child had sent when last asked (by
+    child), what each child was started for, and the cuts of every count made in this process. This process's
+    counts wait 0.5 s first, so that a child that counts has sent everything by the time it is asked."""
     monkeypatch.setattr(algorithms, "_fork_pays", lambda graph: True)
     parent, count = os.getpid(), algorithms.copies_and_kept
-    record = {"sent": [], "here": []}
-    arrived = algorithms._Forked.arrived
+    record = {"sent": {}, "here": [], "started": []}
+    arrived, start = algorithms._Forked.arrived, algorithms._Forked.start.__func__
 
     def recorded(self, *args):
         got = arrived(self, *args)
         if not isinstance(self, algorithms._Ahead):
-            record["sent"].append(got)
+            record["sent"][id(self)] = got
         return got
+
+    def started(cls, compute, count, what):
+        child = start(cls, compute, count, what)
+        if cls is algorithms._Forked:
+            record["started"].append(what)
+        return child
 
     def slowed(graph, factors, *args):
         if os.getpid() == parent:
@@ -159,14 +166,15 @@ def prefixes(monkeypatch):
         return count(graph, factors, *args)
 
     monkeypatch.setattr(algorithms._Forked, "arrived", recorded)
+    monkeypatch.setattr(algorithms._Forked, "start", classmethod(started))
     monkeypatch.setattr(algorithms, "copies_and_kept", slowed)
     return record
 
 
 @pytest.mark.parametrize("name, batch, workers", [("rnn-tiny", 16, 8), ("wresnet-tiny", 16, 4), ("gpt-tiny", 64, 8)])
 def test_prefixes_recounted_in_a_fork_give_the_sequential_plan(prefixes, name, batch, workers):
-    """Each step's bytes are the recount of its prefix of cuts less the one before: counted in a child (the
-    longest first) while the last prefix is counted here, they are the same floats."""
+    """Each step's bytes are the recount of its prefix of cuts less the one before: counted in children (begun
+    during the search, or the longest first while the last prefix is counted here), they are the same floats."""
     g = graph(name, batch)
     sequential = plan_graph(g, workers, "tofu", concurrent=False)
     prefixes["here"].clear()
@@ -174,8 +182,22 @@ def test_prefixes_recounted_in_a_fork_give_the_sequential_plan(prefixes, name, b
     n = len(got.steps)
     assert n > 1
     totals = np.cumsum([s.cost_bytes for s in sequential.steps])
-    assert prefixes["here"] == [n]          # the last here; every prefix from the child, longest first
-    assert prefixes["sent"] and prefixes["sent"][-1] == tuple(totals[:-1][::-1])
+    assert prefixes["here"] == [n]          # the last here; every other prefix once, from some child
+    assert sorted(x for sent in prefixes["sent"].values() for x in sent) == sorted(totals[:-1])
+    assert plan_doc(got) == plan_doc(sequential)
+
+
+def test_prefixes_begin_while_the_recursion_searches_on(prefixes):
+    """With no k-way cut searched beside it (``tofu-recursive``), the first prefix is counted in a child forked
+    as soon as the first cut is fixed, and the plan is the sequential one."""
+    g = graph("rnn-tiny", 16)
+    sequential = plan_graph(g, 8, "tofu-recursive", concurrent=False)
+    prefixes["here"].clear()
+    got = plan_graph(g, 8, "tofu-recursive")
+    assert prefixes["started"][0] == "prefixes 1-1 of the plan"
+    assert prefixes["here"] == [3]
+    totals = np.cumsum([s.cost_bytes for s in sequential.steps])
+    assert sorted(x for sent in prefixes["sent"].values() for x in sent) == sorted(totals[:-1])
     assert plan_doc(got) == plan_doc(sequential)
 
 
@@ -190,6 +212,6 @@ def test_a_prefix_count_that_dies_is_counted_again_here(prefixes, monkeypatch):
     monkeypatch.setattr(algorithms, "copies_and_kept", patched)
     g = graph("rnn-tiny", 16)
     got = plan_graph(g, 8, "tofu")
-    assert prefixes["sent"] and not any(prefixes["sent"])
+    assert prefixes["sent"] and not any(prefixes["sent"].values())
     assert sorted(prefixes["here"]) == list(range(1, len(got.steps) + 1))
     assert plan_doc(got) == plan_doc(plan_graph(g, 8, "tofu", concurrent=False))

@@ -20,7 +20,7 @@ import select
 import signal
 import struct
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -107,7 +107,9 @@ def plan_graph(graph: Graph, workers: int, algo: str = "tofu", concurrent: bool 
     An order of cuts that cannot split some tensor (8 rows in one 8-way cut) leaves the others: the search
     fails only when every order does. With ``concurrent`` and a core to spare, ``tofu``'s single k-way cut is
     costed in a forked process while the recursion runs here; it is searched here again only when it wins
-    (or the fork gives no answer), so the plan is the sequential one.
+    (or the fork gives no answer), so the plan is the sequential one. The plan's bytes per step (each prefix
+    of the cuts recounted) are counted in forked processes too, begun as the recursion fixes its cuts
+    (:class:`_EarlyPrefixes`) and while the whole plan is counted here (:func:`_step_costs`).
 
     Raises:
         SearchError: unknown algorithm, impossible worker count, or an op that cannot be split (the first
@@ -131,34 +133,43 @@ def _plan(graph: Graph, workers: int, algo: str, concurrent: bool = False) -> Pl
     start = time.perf_counter()
     coarse = coarsen(graph)
     steps: tuple[CutStep, ...] = ()
-    if workers > 1:
-        orders = {"recursive": [factors], "flat": [(workers,)], "best": list(dict.fromkeys([factors, (workers,)]))}
-        candidates, failures = [], []
-        ahead = _Ahead.start(graph, orders[cuts][1], solver, coarse) \
-            if concurrent and len(orders[cuts]) == 2 and _fork_pays(graph) else None
-        try:
-            for j, order in enumerate(orders[cuts]):
-                if j == 1 and ahead is not None and candidates:
-                    # the child searches a smaller problem than the recursion just did: waiting as long again
-                    # (at least 5 s) bounds a child stuck at fork (a lock held by another thread) without a hang
-                    cost = ahead.cost(timeout_s=max(5.0, time.perf_counter() - start))
-                    if cost is not None and cost >= total_cost(candidates[0]):
-                        break           # it would lose (ties: the first); else it is searched here again
-                try:
-                    candidates.append(search(graph, order, solver, coarse,
-                                             whole_params=algo in HOLD_PARAMETERS_WHOLE))
-                except TofuError as e:
-                    log.info("%s: cuts %s fail: %s", algo, order, e)
-                    failures.append(e)
-        finally:
-            if ahead is not None:
-                ahead.close()
-        if not candidates:
-            raise failures[0]
-        steps = min(candidates, key=total_cost)       # ties: the first (the recursion)
-    seconds = time.perf_counter() - start
-    log.info("%s: %d workers in %.2f s", algo, workers, seconds)
-    return to_plan(graph, workers, algo, steps, seconds, coarse.stats(graph), concurrent)
+    early: _EarlyPrefixes | None = None
+    try:
+        if workers > 1:
+            orders = {"recursive": [factors], "flat": [(workers,)],
+                      "best": list(dict.fromkeys([factors, (workers,)]))}
+            candidates, failures = [], []
+            ahead = _Ahead.start(graph, orders[cuts][1], solver, coarse) \
+                if concurrent and len(orders[cuts]) == 2 and _fork_pays(graph) else None
+            early = _EarlyPrefixes(graph, len(orders[cuts][0]), ahead) if concurrent else None
+            try:
+                for j, order in enumerate(orders[cuts]):
+                    if j == 1 and ahead is not None and candidates:
+                        # the child searches a smaller problem than the recursion just did: waiting as long again
+                        # (at least 5 s) bounds a child stuck at fork (a lock held by another thread) without a hang
+                        cost = ahead.cost(timeout_s=max(5.0, time.perf_counter() - start))
+                        if cost is not None and cost >= total_cost(candidates[0]):
+                            break           # it would lose (ties: the first); else it is searched here again
+                    try:
+                        candidates.append(search(graph, order, solver, coarse,
+                                                 whole_params=algo in HOLD_PARAMETERS_WHOLE,
+                                                 on_step=early.step if early is not None and j == 0 else None))
+                    except TofuError as e:
+                        log.info("%s: cuts %s fail: %s", algo, order, e)
+                        failures.append(e)
+            finally:
+                if ahead is not None:
+                    ahead.close()
+            if not candidates:
+                raise failures[0]
+            steps = min(candidates, key=total_cost)       # ties: the first (the recursion)
+        seconds = time.perf_counter() - start
+        log.info("%s: %d workers in %.2f s", algo, workers, seconds)
+        return to_plan(graph, workers, algo, steps, seconds, coarse.stats(graph), concurrent,
+                       early.counting(steps) if early is not None else ())
+    finally:
+        if early is not None:
+            early.close()
 
 
 _FORK_FROM_NODES = 300
@@ -256,6 +267,47 @@ class _Ahead(_Forked):
         return None if got is None else got[0]
 
 
+_Counting = tuple[tuple[int, ...], "_Forked"]      # a child and the prefixes it counts, in its order
+
+
+class _EarlyPrefixes:
+    """The recursion's prefix recounts begun while it searches on: after each of its cuts but the last, when no
+    other child of the plan runs (the k-way cut's search has answered, the last such child is done), a forked
+    process counts the prefixes fixed since the last one began, shortest first. A prefix's count needs its own
+    cuts only, which later cuts never change; the recount after the search (:func:`_step_costs`) takes what
+    they give, and counts what they do not."""
+
+    def __init__(self, graph: Graph, cuts: int, ahead: _Ahead | None):
+        self.graph, self.cuts, self.ahead = graph, cuts, ahead
+        self.children: list[_Counting] = []
+        self.steps: tuple[CutStep, ...] = ()        # the steps they count a prefix of
+
+    def step(self, steps: tuple[CutStep, ...]) -> None:
+        """The search's ``on_step``: ``steps`` are fixed."""
+        self.steps = steps
+        first = self.children[-1][0][-1] + 1 if self.children else 1
+        if len(steps) >= self.cuts or len(steps) < first:
+            return              # the whole plan is counted after the search, where it is waited for
+        if self.children and len(self.children[-1][1].arrived()) < len(self.children[-1][0]):
+            return              # the last child counts on
+        if (self.ahead is not None and not self.ahead.arrived()) or not _fork_pays(self.graph):
+            return
+        graph, js, choices = self.graph, tuple(range(first, len(steps) + 1)), _choices(self.graph, steps)
+        child = _Forked.start(lambda: (_count(graph, steps, choices, j).total for j in js), len(js),
+                              f"prefixes {js[0]}-{js[-1]} of the plan")
+        if child is not None:
+            self.children.append((js, child))
+
+    def counting(self, steps: tuple[CutStep, ...]) -> list[_Counting]:
+        """The children, when ``steps`` are those whose prefixes they count (the recursion's plan won)."""
+        same = len(steps) == len(self.steps) and all(a is b for a, b in zip(steps, self.steps))
+        return self.children if same else []
+
+    def close(self) -> None:
+        for _, child in self.children:
+            child.close()
+
+
 def replay(graph: Graph, plan: Plan) -> Plan:
     """``plan`` with its communication and per-device memory recomputed by the cost model, by replaying its
     choices step by step (a plan file's numbers are not trusted).
@@ -314,14 +366,15 @@ def replay(graph: Graph, plan: Plan) -> Plan:
 
 
 def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], seconds: float,
-            coarsening: dict[str, int], concurrent: bool = False) -> Plan:
+            coarsening: dict[str, int], concurrent: bool = False, early: Sequence[_Counting] = ()) -> Plan:
+    """The plan of ``steps``, its bytes recounted as the runtime moves them (:func:`_step_costs`; ``early``:
+    prefix counts already under way)."""
     final = [t.shape for t in graph.tensors]
     for s in steps:
         final = [tuple(n // s.factor if i == d else n for i, n in enumerate(shape))
                  for shape, d in zip(final, s.tensor_dims)]
-    choices = [tuple(OpChoice.of(st, s.tensor_dims[n.outputs[0]]) for n, st in zip(graph.nodes, s.strategies))
-               for s in steps]
-    costs, kept, replicas, owners = _step_costs(graph, steps, choices, concurrent)
+    choices = _choices(graph, steps)
+    costs, kept, replicas, owners = _step_costs(graph, steps, choices, concurrent, early)
     plan_steps = tuple(PlanStep(s.factor, s.groups, cost,
                                 tuple((t.name, d) for t, d in zip(graph.tensors, s.tensor_dims)),
                                 tuple((n.name, c) for n, c in zip(graph.nodes, step_choices)))
@@ -338,7 +391,8 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                 tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))
 
 
-def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, concurrent: bool = False
+def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, concurrent: bool = False,
+                early: Sequence[_Counting] = ()
                 ) -> tuple[list[float], tuple[float, ...] | None, tuple[float, ...] | None, Mapping | None]:
     """Each step's d_j as the runtime moves it: what the first j cuts copy less what the first j - 1 copy
     (:mod:`tofu.search.copies`), and per device the forward bytes it receives and keeps for the backward pass
@@ -348,32 +402,32 @@ def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, concurrent: b
     op that needs one; for a plan the runtime cannot run (a search without the runnability check), they are
     kept, and the per-device bytes and the owners are None.
 
-    With ``concurrent`` and a core to spare, a forked process counts the prefixes from the longest down while
-    the last is counted here, and then the shortest ones here up, until the two meet (a count costs a part per
-    op and a part per worker's call: which side is quicker depends on the graph); the one the child is counting
-    when they meet is waited for."""
-    def count(j: int) -> Recount:
-        return copies_and_kept(graph, [s.factor for s in steps[:j]],
-                               [tuple(s.tensor_dims[t.id] for s in steps[:j]) for t in graph.tensors],
-                               [tuple(c[n.id] for c in choices[:j]) for n in graph.nodes])
-
+    ``early``: children already counting some prefixes (begun during the search, :class:`_EarlyPrefixes`), each
+    with the prefixes it counts in its order. With ``concurrent`` and a core to spare, a forked process counts
+    the others from the longest down while the last is counted here, and then the shortest ones here up, until
+    the two meet (a count costs a part per op and a part per worker's call: which side is quicker depends on the
+    graph); a prefix a child is counting when this process comes to it is waited for, and one a child does not
+    give (it died) is counted here."""
     n = len(steps)
-    down = tuple(range(n - 1, 0, -1))      # the child's order
-    child = _Forked.start(lambda: (count(j).total for j in down), n - 1, "the plan's prefixes") \
-        if concurrent and n > 1 and _fork_pays(graph) else None
+    covered = {j for js, _ in early for j in js}
+    down = tuple(j for j in range(n - 1, 0, -1) if j not in covered)      # the child's order
+    child = _Forked.start(lambda: (_count(graph, steps, choices, j).total for j in down), len(down),
+                          "the plan's prefixes") if concurrent and down and _fork_pays(graph) else None
+    counting = [*early, *([(down, child)] if child is not None else [])]
     try:
         start = time.perf_counter()
-        last = count(n) if n else None
+        last = _count(graph, steps, choices, n) if n else None
         wait = max(5.0, 2 * (time.perf_counter() - start))     # bounds a child stuck at fork (a lock held)
         known: dict[int, float] = {}
         for j in range(1, n):
-            if child is not None:
-                sent = child.arrived()
-                if len(sent) < len(down) and down[len(sent)] == j:     # the child counts it now
-                    sent = child.arrived(len(sent) + 1, wait)
-                known.update(zip(down, sent))
+            for js, source in counting:
+                if j in js:
+                    sent = source.arrived()
+                    if len(sent) < len(js) and js[len(sent)] == j:     # the child counts it now
+                        sent = source.arrived(len(sent) + 1, wait)
+                    known.update(zip(js, sent))
             if j not in known:
-                known[j] = count(j).total
+                known[j] = _count(graph, steps, choices, j).total
         prefixes = [known[j] for j in range(1, n)]
     except TofuError:
         return [float(s.cost) for s in steps], None, None, None
@@ -384,6 +438,19 @@ def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, concurrent: b
         return [], (), (), None
     totals = [*prefixes, last.total]
     return [now - before for before, now in zip([0.0, *totals], totals)], last.kept, last.replicas, last.owners
+
+
+def _choices(graph: Graph, steps: Sequence[CutStep]) -> list[tuple[OpChoice, ...]]:
+    """Per step, every node's choice (by node id)."""
+    return [tuple(OpChoice.of(st, s.tensor_dims[n.outputs[0]]) for n, st in zip(graph.nodes, s.strategies))
+            for s in steps]
+
+
+def _count(graph: Graph, steps: Sequence[CutStep], choices, j: int) -> Recount:
+    """The recount of the first ``j`` steps (:func:`~tofu.search.copies.copies_and_kept`)."""
+    return copies_and_kept(graph, [s.factor for s in steps[:j]],
+                           [tuple(s.tensor_dims[t.id] for s in steps[:j]) for t in graph.tensors],
+                           [tuple(c[n.id] for c in choices[:j]) for n in graph.nodes])
 
 
 def _largest_buffer(graph: Graph, steps: tuple[CutStep, ...], final) -> int:

@@ -96,7 +96,8 @@ class _Symbols:
     """The replay's symbols as arrays, grown by doubling: per symbol where its edges end, the bytes its copy
     moves forward and backward (the latter when a gradient reaches it), whether it needs a gradient, the device
     it was copied to (-1: not a copy), whether an op keeps it for the backward pass and, for a parameter shard,
-    its elements and its tensor (-1: not a shard); per edge the symbol read and whether the reader gives it a gradient (:data:`Gives`)."""
+    its elements and its tensor (-1: not a shard); per edge the symbol read and whether the reader gives it a
+    gradient (:data:`Gives`)."""
 
     _ROWS = (("ends", np.int64, 0), ("nbytes", np.float64, 0), ("back", np.float64, 0), ("needs", bool, 0),
              ("dst", np.int64, -1), ("kept", bool, 0), ("shard", np.int64, 0), ("param", np.int64, -1))

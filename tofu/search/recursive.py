@@ -78,10 +78,12 @@ class CutStep:
 
 
 def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, coarse: Coarsening | None = None,
-           runnable_only: bool = True, eager: bool = False, whole_params: bool = False) -> tuple[CutStep, ...]:
+           runnable_only: bool = True, eager: bool = False, whole_params: bool = False,
+           on_step: Callable[[tuple[CutStep, ...]], None] | None = None) -> tuple[CutStep, ...]:
     """Cuts ``graph`` successively ``factors[0]``, ``factors[1]``, ... ways, each cut solved by ``solver``
     (once per cut with ``eager``: every strategy checked for runnability before solving); ``whole_params``:
-    parameters may also be held whole by each group's first worker (:func:`~tofu.search.cost.build_cut`)."""
+    parameters may also be held whole by each group's first worker (:func:`~tofu.search.cost.build_cut`);
+    ``on_step`` is given the steps fixed so far after each cut (a later cut never changes an earlier one)."""
     coarse = coarse or coarsen(graph)
     shapes = [t.shape for t in graph.tensors]
     groups = Groups.whole(graph)
@@ -111,6 +113,8 @@ def search(graph: Graph, factors: tuple[int, ...], solver: Solver = solve_dp, co
                              groups.views(0), index.kept_bytes(solution.x, solution.y)))
         groups = next_groups
         shapes = [_cut(s, d, f) for s, d in zip(shapes, dims)]
+        if on_step is not None:
+            on_step(tuple(steps))
     return tuple(steps)
 
 
