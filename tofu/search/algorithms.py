@@ -275,7 +275,8 @@ class _EarlyPrefixes:
     other child of the plan runs (the k-way cut's search has answered, the last such child is done), a forked
     process counts the prefixes fixed since the last one began, shortest first. A prefix's count needs its own
     cuts only, which later cuts never change; the recount after the search (:func:`_step_costs`) takes what
-    they give, and counts what they do not."""
+    they give, and counts what they do not: a child that dies, or one never begun (the k-way cut's search did
+    not answer in time), costs only the speed-up, never a figure."""
 
     def __init__(self, graph: Graph, cuts: int, ahead: _Ahead | None):
         self.graph, self.cuts, self.ahead = graph, cuts, ahead
@@ -283,10 +284,10 @@ class _EarlyPrefixes:
         self.steps: tuple[CutStep, ...] = ()        # the steps they count a prefix of
 
     def step(self, steps: tuple[CutStep, ...]) -> None:
-        """The search's ``on_step``: ``steps`` are fixed."""
+        """The search's ``on_step``: ``steps`` are fixed, one more than at the last call."""
         self.steps = steps
         first = self.children[-1][0][-1] + 1 if self.children else 1
-        if len(steps) >= self.cuts or len(steps) < first:
+        if len(steps) >= self.cuts:
             return              # the whole plan is counted after the search, where it is waited for
         if self.children and len(self.children[-1][1].arrived()) < len(self.children[-1][0]):
             return              # the last child counts on

@@ -196,6 +196,7 @@ class _Replay:
         self.coords = [coordinates(w, factors) for w in range(self.k)]
         self.coord_rows = np.array(self.coords, dtype=np.int64).reshape(self.k, len(factors))
         self.sym = _Symbols()
+        self.owners = parameter_pieces(graph, factors, self.dims)     # per parameter: its pieces' owners
         # per tensor: the (held symbol, box number, destination) keys of its copies, sorted, and their symbols
         self.sent: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self.assembled: dict[tuple, int] = {}       # (tensor, the cells' symbols, box, data) -> their assembly
@@ -243,7 +244,7 @@ class _Replay:
         read = {t for n in graph.nodes for t in n.inputs}
         consumed = read | set(graph.heads)
         held: dict[int, tuple[list, np.ndarray]] = {}     # per tensor: its held pieces (device, box, partial key)
-        owners = self.owners = parameter_pieces(graph, self.factors, self.dims)     # and their symbols
+        owners = self.owners
         for t in graph.tensors:
             if t.producer is None and t.role is not Role.AUX:
                 # a parameter's replicas read it from its owner
