@@ -19,7 +19,7 @@ import os
 import signal
 import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -51,6 +51,21 @@ def _op_symbol(op: str, items: tuple, arity: int) -> mx.sym.Symbol:
         raise GraphImportError(f"MXNet rejects operator '{op}' with {raw}: {first_line(e)}") from None
     n_out = len(sym.get_internals().list_outputs()) - arity
     return mx.sym.Group([sym.get_internals()[arity + k] for k in range(n_out)]) if n_out > 1 else sym
+
+
+def json_op_function(op: str) -> Callable[..., mx.sym.Symbol]:
+    """A symbol function for an operator that has none for legacy symbols (the numpy interface's _npi_tanh,
+    _np_reshape, ...: their functions take numpy symbols only): the op node is read from JSON (:func:`op_symbol`),
+    its variables bound to the inputs, and the attributes of the enclosing ``AttrScope`` (a device group) set on
+    it, as a symbol function does."""
+    def build(*args, name: str, **attrs):
+        template = op_symbol(op, {k: str(v) for k, v in attrs.items()}, len(args))
+        sym = template(name=name, **{f"in{i}": a for i, a in enumerate(args)})
+        scope = mx.attribute.AttrScope._current.value.get(None)
+        if scope:
+            sym._set_attr(**scope)
+        return sym
+    return build
 
 
 def num_visible_outputs(op: str, attrs: Attrs | Mapping[str, str], arity: int) -> int:

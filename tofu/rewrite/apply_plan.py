@@ -40,6 +40,7 @@ from tofu.analysis.views import NodeView
 from tofu.errors import RewriteError, TofuError
 from tofu.graph.gradients import NO_GRADIENT_OPS, ZERO_GRADIENT_INPUTS
 from tofu.graph.ir import LOSS_OPS, Graph, Node, Role
+from tofu.graph.single_op import json_op_function
 from tofu.rewrite.comm import Fabric, Held, Lazy, box_shape, intersect, scope
 from tofu.rewrite.machines import MachineStat, machine_mean
 from tofu.search.constants import constant_tensors
@@ -80,6 +81,9 @@ class PartitionedGraph:
     variables: tuple[ShardVar, ...]
     heads: tuple[HeadPiece, ...]
     machine_stats: tuple[MachineStat, ...] = ()     # statistics averaged over machines (hybrid training)
+    unread: tuple[ShardVar, ...] = ()
+    """Parameter pieces no op of the symbol reads (a slice leaves a layer's outputs unread): not variables of the
+    symbol, their gradient MXNet's zero, so a trainer holds them unchanged, as one device's SGD leaves them."""
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         return {v.name: v.shape for v in self.variables}
@@ -123,7 +127,7 @@ class _Rewriter:
             raise RewriteError(f"the plan does not cover {e} of model '{graph.name}'") from None
         self.coords = [coordinates(w, self.factors) for w in range(self.k)]
         self.parameters = parameter_pieces(graph, self.factors, self.dims)
-        self.fabric = Fabric(self._distance)
+        self.fabric = Fabric(self._distance, frozenset(t.name for t in graph.tensors if t.dtype == "bool"))
         self.held: dict[int, list[Held]] = {}
         self.variables: list[ShardVar] = []
         self._aux: dict[tuple[int, int], tuple[Box, object]] = {}
@@ -163,7 +167,8 @@ class _Rewriter:
         symbol = _place_ungrouped(mx.sym.Group(outputs))
         used = set(symbol.list_arguments()) | set(symbol.list_auxiliary_states())
         return PartitionedGraph(symbol, self.k, tuple(v for v in self.variables if v.name in used), tuple(heads),
-                                tuple(self.machine_stats))
+                                tuple(self.machine_stats),
+                                tuple(v for v in self.variables if v.name not in used and v.role is Role.PARAM))
 
     # ------------------------------------------------------------------------------------------ variables
     def _var(self, t: int, w: int, box: Box):
@@ -438,27 +443,10 @@ def _op_function(op: str):
         module = getattr(mx.sym, namespace, None)
         fn = getattr(module, name, None) if isinstance(module, types.ModuleType) else None
     if fn is None and _same_op(op, op):
-        fn = _composed(op)
+        fn = json_op_function(op)
     if fn is None:
         raise RewriteError(f"MXNet has no symbol function for operator '{op}'")
     return fn
-
-
-def _composed(op: str):
-    """A symbol function for a registered operator that has none for legacy symbols (the numpy interface's
-    _npi_tanh, _np_reshape, ...: their functions take numpy symbols only): the op node is read from JSON
-    (:func:`tofu.graph.single_op.op_symbol`, variables in0, in1, ...), its variables bound to the inputs, and
-    the attributes of the enclosing ``AttrScope`` (its device group) set on it, as a symbol function does."""
-    from tofu.graph.single_op import op_symbol
-
-    def build(*args, name: str, **attrs):
-        template = op_symbol(op, {k: str(v) for k, v in attrs.items()}, len(args))
-        sym = template(name=name, **{f"in{i}": a for i, a in enumerate(args)})
-        scope = mx.attribute.AttrScope._current.value.get(None)
-        if scope:
-            sym._set_attr(**scope)
-        return sym
-    return build
 
 
 def _same_op(a: str, b: str) -> bool:
@@ -513,7 +501,8 @@ def gather_values(pg: PartitionedGraph, shards: Mapping[str, np.ndarray]) -> dic
     or in float64 where its shards are float64 (a float64 binding's, ``tofu run --check``'s second opinion)."""
     extents: dict[str, list[int]] = {}
     dtypes: dict[str, np.dtype] = {}
-    for v in pg.variables:
+    every = (*pg.variables, *pg.unread)
+    for v in every:
         if v.name in shards:
             ends = extents.setdefault(v.tensor, [0] * len(v.box))
             for d, (_, b) in enumerate(v.box):
@@ -521,7 +510,7 @@ def gather_values(pg: PartitionedGraph, shards: Mapping[str, np.ndarray]) -> dic
             if np.asarray(shards[v.name]).dtype == np.float64:
                 dtypes[v.tensor] = np.float64
     out = {t: np.zeros(e, dtype=dtypes.get(t, np.float32)) for t, e in extents.items()}
-    for v in pg.variables:
+    for v in every:
         if v.name in shards:
             out[v.tensor][tuple(slice(a, b) for a, b in v.box)] = shards[v.name]
     return out

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import mxnet as mx
 
 from tofu.errors import RewriteError
+from tofu.graph.single_op import json_op_function
 
 Box = tuple[tuple[int, int], ...]
 
@@ -71,6 +72,8 @@ def contains(outer: Box, inner: Box) -> bool:
     return all(a <= c and d <= b for (a, b), (c, d) in zip(outer, inner))
 
 
+_concatenate = json_op_function("_npi_concatenate")      # numpy's: takes booleans, which Concat does not
+
 _REDUCE = {"sum": None, "max": "broadcast_maximum", "min": "broadcast_minimum", "prod": "broadcast_mul"}
 # (the element-wise forms that take a name: mx.sym.maximum is a Python helper without one)
 
@@ -78,8 +81,9 @@ _REDUCE = {"sum": None, "max": "broadcast_maximum", "min": "broadcast_minimum", 
 class Fabric:
     """Builds the glue of one partitioned graph, naming every node and sharing pieces per destination."""
 
-    def __init__(self, distance: Callable[[int, int], int]):
+    def __init__(self, distance: Callable[[int, int], int], booleans: frozenset[str] = frozenset()):
         self._distance = distance            # lower is closer (0: the same device)
+        self._booleans = booleans            # tensors of numpy's booleans: MXNet's Concat does not take them
         self._sent: dict[tuple, object] = {}
         self._count = itertools.count()
 
@@ -144,6 +148,8 @@ class Fabric:
                                    cuts, d + 1, dst, reducer) for a, b in zip(edges, edges[1:])]
         if len(segments) == 1:
             return segments[0]
+        if tensor in self._booleans:
+            return _concatenate(*segments, axis=d, num_args=len(segments), name=self.name(f"{tensor}@dev{dst}_concat"))
         return mx.sym.concat(*segments, dim=d, name=self.name(f"{tensor}@dev{dst}_concat"))
 
     def _cell(self, tensor: str, parts: Sequence[Held], cell: Box, dst: int, reducer: str) -> object:

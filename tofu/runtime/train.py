@@ -181,6 +181,7 @@ class Trainer:
                        self.executor.grad_dict[v.name] for v in self.params}
         self.moms = {v.name: self.exchange.moms[v.name] if v.name in self.exchange else
                      mx.nd.zeros(v.shape, ctx=self.contexts[v.device], dtype=self.dtype) for v in self.params}
+        self._unread = {v.name: np.zeros(v.shape, dtype=self.dtype) for v in pg.unread}    # held here, unchanged
         self.load(values)
         self.step_seconds: list[float] = []
 
@@ -191,6 +192,9 @@ class Trainer:
         shards = shard_values(self.pg, values)
         for name, value in shards.items():
             arrays[name][:] = value
+        for v in self.pg.unread:
+            if v.tensor in values:
+                self._unread[v.name][:] = values[v.tensor][tuple(slice(a, b) for a, b in v.box)]
         for name, array in self.executor.aux_dict.items():
             if name not in shards:
                 array[:] = 0
@@ -256,18 +260,23 @@ class Trainer:
         return full
 
     def gradients(self) -> dict[str, np.ndarray]:
-        """The whole gradient of every parameter, from its shards."""
-        return self._gather({v.name: self._grads[v.name].asnumpy() for v in self.params})
+        """The whole gradient of every parameter, from its shards (zero where no op reads a piece)."""
+        return self._gather({**{v.name: self._grads[v.name].asnumpy() for v in self.params},
+                             **{n: np.zeros_like(a) for n, a in self._unread.items()}})
 
     def parameters(self, roles: tuple[Role, ...] = (Role.PARAM,)) -> dict[str, np.ndarray]:
         """The whole value of every parameter (and with ``roles``, auxiliary state the graph reads), from its
         shards."""
         arrays = {**self.executor.arg_dict, **self.executor.aux_dict, **self._weights}
-        return self._gather({v.name: arrays[v.name].asnumpy() for v in self.pg.variables if v.role in roles})
+        unread = self._unread if Role.PARAM in roles else {}
+        return self._gather({**{v.name: arrays[v.name].asnumpy() for v in self.pg.variables if v.role in roles},
+                             **unread})
 
     def momentum_values(self) -> dict[str, np.ndarray]:
-        """The SGD momentum of every parameter the graph updates, whole, from its shards."""
-        return self._gather({name: mom.asnumpy() for name, mom in self.moms.items()})
+        """The SGD momentum of every parameter the graph updates, whole, from its shards (zero where no op reads a
+        piece)."""
+        return self._gather({**{name: mom.asnumpy() for name, mom in self.moms.items()},
+                             **{n: np.zeros_like(a) for n, a in self._unread.items()}})
 
     def load_momentum(self, momentum: Mapping[str, np.ndarray]) -> None:
         """Sets the SGD momentum of the parameters ``momentum`` names from whole tensors (a resumed run's optimizer
