@@ -19,6 +19,9 @@ Families (each op registered on its own, through a small factory per family):
   broadcast_power, broadcast_hypot, broadcast_mod, and the broadcast comparisons and logical ops;
 - others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, Cast, MakeLoss, make_loss, _zeros, _ones, _full
   (no inputs), _npi_full_like;
+- the numpy interface's own kernels: _npi_where and its scalar forms (_npi_where_lscalar, _npi_where_rscalar,
+  _npi_where_scalar2), _npi_around, _npi_polyval, and arctan2, copysign and ldexp, each broadcast (_npi_arctan2) and with a
+  scalar on either side (_npi_arctan2_scalar, _npi_rarctan2_scalar);
 - the numpy interface's names of the unary, scalar, broadcast and fill kernels (``NUMPY_NAMES``).
 
 Comparisons and logical ops give 1.0 where they hold and 0.0 elsewhere, in the input's type (as MXNet's
@@ -480,6 +483,67 @@ def np_where_lscalar(condition: TensorVar, x: TensorVar, attrs: WhereScalarAttrs
 def np_where_rscalar(condition: TensorVar, y: TensorVar, attrs: WhereScalarAttrs):
     """out[i] = y[i] if condition[i] != 0 else scalar  (numpy's where(c, y, s): the scalar on the right)."""
     return lambda *i: where(broadcast_read(condition, i), broadcast_read(y, i), attrs.scalar)
+
+
+@dataclass(frozen=True)
+class WhereScalarsAttrs:
+    x: float = 0.0
+    y: float = 0.0
+
+
+@tdl_op("_npi_where_scalar2", inputs=("condition",), attrs=WhereScalarsAttrs, cases=[
+    Case(shapes=((3, 4),), ints=((0, 3),), attrs={"x": 2.5, "y": -1.0}),
+    Case(shapes=((2, 3, 2),), ints=((0, 2),), attrs={"x": 0.5}),
+])
+def np_where_scalar2(condition: TensorVar, attrs: WhereScalarsAttrs):
+    """out[i] = x if condition[i] != 0 else y  (numpy's where(c, x, y) on two scalars)."""
+    return lambda *i: where(condition[i], attrs.x, attrs.y)
+
+
+# The numpy interface's binary kernels with no legacy twin, each as a broadcast op and its two scalar forms
+# (``_npi_<op>_scalar``: the scalar on the right; ``_npi_r<op>_scalar``: on the left).
+
+def _arctan2(y: ValueExpr | float, x: ValueExpr | float) -> ValueExpr:
+    """The angle of the point (x, y) in (-pi, pi]: arctan(y / x) moved by pi into the left half-plane; +-pi/2
+    (0 at the origin) on the y axis, where y / x is not taken."""
+    base = arctan(y / where(eq(x, 0.0), 1.0, x))
+    left = where(lt(y, 0.0), base - math.pi, base + math.pi)
+    return where(gt(x, 0.0), base, where(lt(x, 0.0), left, sign(y) * (math.pi / 2.0)))
+
+
+def _copysign(a: ValueExpr | float, b: ValueExpr | float) -> ValueExpr:
+    return where(lt(b, 0.0), -abs_(a), abs_(a))
+
+
+def _ldexp(a: ValueExpr | float, b: ValueExpr | float) -> ValueExpr:
+    return a * 2.0 ** b
+
+
+for _name, _fn, _formula in (("arctan2", _arctan2, "arctan2({a}, {b})  (the angle of the point ({b}, {a}))"),
+                             ("copysign", _copysign, "|{a}| with the sign of {b}  (negative where {b} < 0)"),
+                             ("ldexp", _ldexp, "{a} * 2 ** {b}")):
+    _broadcast_op(f"_npi_{_name}", _fn, _formula.format(a="lhs[i]", b="rhs[i]"))
+    _scalar_op(f"_npi_{_name}_scalar", _fn, _formula.format(a="data[i]", b="s"))
+    _scalar_op(f"_npi_r{_name}_scalar", lambda x, s, fn=_fn: fn(s, x), _formula.format(a="s", b="data[i]"))
+
+
+@tdl_op("_npi_polyval", inputs=("p", "x"), cases=[
+    Case(shapes=((3,), (3, 4))),
+    Case(shapes=((1,), (2, 3))),
+    Case(shapes=((5,), (4,)), uniform=((1, -1.5, 1.5),)),
+])
+def np_polyval(p: TensorVar, x: TensorVar, attrs: NoAttrs):
+    """out[i] = sum_j p[j] x[i]^(n-1-j), the polynomial of coefficients p (highest power first) at x[i]:
+    ((p[0] x[i] + p[1]) x[i] + ...) + p[n-1]."""
+    if p.ndim != 1:
+        raise TDLError(f"_npi_polyval: coefficients of rank {p.ndim} (numpy's polyval takes a vector)")
+
+    def out(*i: Var) -> ValueExpr:
+        expr = p[0]
+        for j in range(1, p.shape[0]):
+            expr = expr * x[i] + p[j]
+        return expr if p.shape[0] > 1 else uses(p[0], x[i])
+    return out
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """TDL descriptions of the linear-algebra and sorting family: _linalg_gemm, _linalg_gemm2, _linalg_syrk,
 _linalg_sumlogdiag, _linalg_extractdiag, _linalg_makediag, _linalg_potrf, _linalg_potri, _linalg_trmm,
-_linalg_trsm, _linalg_inverse, _linalg_det, _linalg_slogdet, khatri_rao, sort, argsort, topk.
+_linalg_trsm, _linalg_inverse, _linalg_det, _linalg_slogdet, khatri_rao, sort, argsort, topk; the numpy
+interface's _npi_solve, and _npi_cholesky under _linalg_potrf's description.
 
 The batched matrix products and the log-determinant helper are plain reductions. Sorting is not
 expressible as an index mapping, so sort, argsort and topk apply an ``Opaque`` numpy function to a whole line
@@ -147,7 +148,7 @@ def _cholesky(a: np.ndarray) -> np.ndarray:
     return np.linalg.cholesky(a.astype(np.float64)).astype(np.float32)
 
 
-@tdl_op("_linalg_potrf", inputs=("A",), cases=[
+@tdl_op("_linalg_potrf", inputs=("A",), aliases=("_npi_cholesky",), cases=[
     Case(shapes=((4, 4),), spd=(0,)),
     Case(shapes=((2, 3, 3, 3),), spd=(0,)),
 ])
@@ -264,6 +265,28 @@ def inverse(a: TensorVar, attrs: NoAttrs) -> Callable:
     """out[..., i, j] = A^-1[..., i, j]."""
     whole, inv = _whole(a), Opaque("inverse", _inverse)
     return lambda *o: inv(whole(o[:-2]))[o[-2], o[-1]]
+
+
+def _solve_column(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """A, a column of B -> that column of X, A X = B."""
+    return np.linalg.solve(a.astype(np.float64), b.astype(np.float64)[..., :, None])[..., 0].astype(np.float32)
+
+
+@tdl_op("_npi_solve", inputs=("A", "B"), cases=[
+    Case(shapes=((3, 3), (3, 4)), spd=(0,)),
+    Case(shapes=((2, 3, 3), (2, 3, 2))),
+    Case(shapes=((2, 4, 4), (2, 4)), spd=(0,)),          # B a stack of vectors
+])
+def np_solve(a: TensorVar, b: TensorVar, attrs: NoAttrs) -> Callable:
+    """out[..., i, j] = X[..., i, j] with A X = B (each column of B solved for alone); B of one rank less than A:
+    out[..., i] = x[..., i] with A x = B[..., :]."""
+    whole, solve = _whole(a), Opaque("solve", _solve_column)
+    if b.ndim == a.ndim - 1:
+        return lambda *o: solve(whole(o[:-1]), b[(*o[:-1], slice(None))])[o[-1]]
+    if b.ndim != a.ndim:
+        raise TDLError(f"_npi_solve: B of rank {b.ndim} against A of rank {a.ndim} (equal, or one less) is not "
+                       f"described")
+    return lambda *o: solve(whole(o[:-2]), b[(*o[:-2], slice(None), o[-1])])[o[-2]]
 
 
 @tdl_op("_linalg_det", inputs=("A",), cases=[

@@ -1,6 +1,8 @@
 """TDL descriptions of MXNet's reductions over axes: sum, mean, max, min, prod, nansum, nanprod, norm, moments,
 and the index reductions argmax, argmin, argmax_channel; the prefix sum _np_cumsum; the numpy interface's
-_np_sum, _npi_mean, _np_max, _np_min, _np_prod, _npi_var, _npi_std, _npi_norm.
+_np_sum, _npi_mean, _np_max, _np_min, _np_prod, _npi_var, _npi_std, _npi_norm, _npi_argmax, _npi_argmin, _np_all,
+_np_any (1 where every / some element is non-zero), _np_trace (of a stack of matrices) and the n-th difference
+_npi_diff.
 
 Each output element is one ``Sum``/``Max``/``Min``/``Prod`` over the reduced axes (a single reduction over all
 of them, so that splitting any reduced axis is one partition-n-reduce). Kept axes are read with the output's
@@ -335,6 +337,136 @@ def argmin(data: TensorVar, attrs: ArgReduceAttrs) -> Callable:
 def argmax_channel(data: TensorVar, attrs: NoAttrs) -> Callable:
     """out[n, x..] = the first position c of the largest data[n, c, x..]  (argmax over axis 1)."""
     return _position(data, 1, False, Opaque("argmax", _first_max))
+
+
+# The numpy interface's index reductions: an int axis or None (the flattened data), whose 0-d results (None
+# without keepdims) are not described.
+
+@tdl_op("_npi_argmax", inputs=("data",), attrs=ArgReduceAttrs, cases=ARG_CASES[:3] + [
+    Case(shapes=((3, 4),), attrs={"keepdims": True}),
+])
+def np_argmax(data: TensorVar, attrs: ArgReduceAttrs) -> Callable:
+    """out[o] = the first position k of the largest data[o, k] along ``axis`` (None, with keepdims: in the
+    flattened data)."""
+    _not_flattened("_npi_argmax", attrs)
+    return _position(data, attrs.axis, attrs.keepdims, Opaque("argmax", _first_max))
+
+
+@tdl_op("_npi_argmin", inputs=("data",), attrs=ArgReduceAttrs, cases=ARG_CASES[:3] + [
+    Case(shapes=((3, 4),), attrs={"keepdims": True}),
+])
+def np_argmin(data: TensorVar, attrs: ArgReduceAttrs) -> Callable:
+    """out[o] = the first position k of the smallest data[o, k] along ``axis`` (None, with keepdims: in the
+    flattened data)."""
+    _not_flattened("_npi_argmin", attrs)
+    return _position(data, attrs.axis, attrs.keepdims, Opaque("argmin", _first_min))
+
+
+def _not_flattened(op: str, attrs: ArgReduceAttrs) -> None:
+    if attrs.axis is None and not attrs.keepdims:
+        raise TDLError(f"{op}: no axis and no keepdims gives a 0-d (scalar) array, which is not described")
+
+
+@dataclass(frozen=True)
+class TruthAttrs:
+    axis: tuple[int, ...] | None = None
+    keepdims: bool = False
+
+
+TRUTH_CASES = [
+    Case(shapes=((3, 4),), ints=((0, 2),), attrs={"axis": 1}),
+    Case(shapes=((2, 3, 4),), ints=((0, 3),), attrs={"axis": (0, 2), "keepdims": True}),
+    Case(shapes=((2, 5),), ints=((0, 4),), attrs={"keepdims": True}),             # every axis, kept
+]
+
+
+def _truth_op(op: str, test: Callable[..., np.ndarray], formula: str) -> None:
+    """Registers ``op``: an ``Opaque`` test of each whole set of reduced elements. Not a partition-n-reduce:
+    MXNet has no maximum or minimum of booleans to combine partial results with, so the reduced axes stay whole."""
+    def build(data: TensorVar, attrs: TruthAttrs):
+        axes = _numpy_axes(op, data, NumpyReduceAttrs(axis=attrs.axis, keepdims=attrs.keepdims))
+        if not axes:
+            return lambda *o: ne(data[o], 0.0)
+        kept, last = [d for d in range(data.ndim) if d not in axes], tuple(range(-len(axes), 0))
+        whole = Opaque(op.lstrip("_"), lambda a: test(a != 0, axis=last).astype(np.float32))
+
+        def out(*o: Var) -> ValueExpr:
+            at = iter(o[d] for d in kept) if attrs.keepdims else iter(o)
+            return whole(data[tuple(slice(None) if d in axes else next(at) for d in range(data.ndim))])[()]
+        return out
+
+    build.__name__ = build.__qualname__ = op
+    build.__doc__ = f"out[o] = 1 if {formula} data[o, k] != 0 over the reduced axes k, else 0 (numpy's axis, keepdims)."
+    tdl_op(op, inputs=("data",), attrs=TruthAttrs, cases=TRUTH_CASES)(build)
+
+
+_truth_op("_np_all", np.all, "every")
+_truth_op("_np_any", np.any, "some")
+
+
+@dataclass(frozen=True)
+class TraceAttrs:
+    offset: int = 0
+    axis1: int = 0
+    axis2: int = 1
+
+
+@tdl_op("_np_trace", inputs=("data",), attrs=TraceAttrs, cases=[
+    Case(shapes=((2, 3, 4),), attrs={"axis1": 1, "axis2": 2}),
+    Case(shapes=((3, 2, 4),), attrs={"offset": 1, "axis1": 0, "axis2": 2}),
+    Case(shapes=((4, 3, 2),), attrs={"offset": -2, "axis1": 0, "axis2": 1}),
+])
+def np_trace(data: TensorVar, attrs: TraceAttrs) -> Callable:
+    """out[..] = sum_d data[.. with d + max(-offset, 0) on axis1 and d + max(offset, 0) on axis2], the two axes
+    removed (a matrix's trace is a 0-d array, not described)."""
+    if data.ndim < 3:
+        raise TDLError(f"_np_trace: data of rank {data.ndim} gives a 0-d (scalar) array, which is not described "
+                       f"(a stack of matrices, rank >= 3, is)")
+    a1, a2 = (a % data.ndim if -data.ndim <= a < data.ndim else None for a in (attrs.axis1, attrs.axis2))
+    if a1 is None or a2 is None or a1 == a2:
+        raise TDLError(f"_np_trace: axes {attrs.axis1} and {attrs.axis2} are not two distinct axes of rank "
+                       f"{data.ndim}")
+    r1, r2 = max(-attrs.offset, 0), max(attrs.offset, 0)
+    n = min(data.shape[a1] - r1, data.shape[a2] - r2)
+    if n <= 0:
+        raise TDLError(f"_np_trace: offset {attrs.offset} leaves no diagonal in a {data.shape[a1]} x "
+                       f"{data.shape[a2]} plane")
+    rest = [d for d in range(data.ndim) if d not in (a1, a2)]
+
+    def read(o: Sequence[Var], d: Var) -> ValueExpr:
+        idx: list[IndexExpr] = [0] * data.ndim
+        for dim, v in zip(rest, o):
+            idx[dim] = v
+        idx[a1], idx[a2] = d + r1, d + r2
+        return data[tuple(idx)]
+    return lambda *o: Sum(lambda d: read(o, d), extents=(n,))
+
+
+@dataclass(frozen=True)
+class DiffAttrs:
+    n: int = 1
+    axis: int = -1
+
+
+@tdl_op("_npi_diff", inputs=("a",), attrs=DiffAttrs, cases=[
+    Case(shapes=((3, 5),)),
+    Case(shapes=((4, 3, 2),), attrs={"n": 2, "axis": 0}),
+    Case(shapes=((2, 6),), attrs={"n": 3, "axis": 1}),
+])
+def np_diff(a: TensorVar, attrs: DiffAttrs) -> Callable:
+    """out[.., i, ..] = sum_{m=0}^{n} (-1)^(n-m) C(n, m) a[.., i + m, ..] along ``axis``: the n-th difference,
+    n fewer elements there."""
+    if not -a.ndim <= attrs.axis < a.ndim:
+        raise TDLError(f"_npi_diff: axis {attrs.axis} is out of range for rank {a.ndim}")
+    axis, n = attrs.axis % a.ndim, attrs.n
+    if not 0 < n < a.shape[axis]:
+        raise TDLError(f"_npi_diff: an order {n} difference along an axis of {a.shape[axis]} elements is not "
+                       f"described (0 < n < {a.shape[axis]} is)")
+
+    def out(*o: Var) -> ValueExpr:
+        terms = [(-1) ** (n - m) * math.comb(n, m) * a[(*o[:axis], o[axis] + m, *o[axis + 1:])] for m in range(n + 1)]
+        return sum(terms[1:], terms[0])
+    return out
 
 
 @dataclass(frozen=True)

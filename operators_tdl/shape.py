@@ -4,9 +4,9 @@ Ops: Reshape, Flatten, transpose, SwapAxis, Concat, SliceChannel, _split_v2, sli
 stack, tile, repeat, broadcast_to, broadcast_axis, broadcast_like, reshape_like, slice_like, reverse,
 depth_to_space, space_to_depth, diag; and the numpy interface's (``npx.set_np()``): _np_reshape, _npx_reshape,
 _np_transpose, _npi_concatenate, _npi_vstack, _np_squeeze, _npi_broadcast_to, _np_moveaxis, _np_roll, _np_diag,
-_npi_tril, and under the legacy op's description _npi_stack, _npi_swapaxes, _npi_expand_dims, _npi_flip. Each
-output element reads one input element; wherever a dimension maps onto a dimension, it is indexed directly
-(affine), and only dimensions whose extents are regrouped (Reshape's merged or split dims, tile, repeat, the block
+_np_diagonal, _npi_tril, and under the legacy op's description _npi_stack, _npi_swapaxes, _npi_expand_dims,
+_npi_flip. Each output element reads one input element; wherever a dimension maps onto a dimension, it is indexed
+directly (affine), and only dimensions whose extents are regrouped (Reshape's merged or split dims, tile, repeat, the block
 moves) use ``//`` and ``%``. The ``*_like`` ops take only the shape of their second input; its elements are
 declared read (``uses``) along the axes it sizes, so that a worker's shard of it gives MXNet's kernel the shard's
 extents.
@@ -664,6 +664,26 @@ class VStackAttrs:
 def np_vstack(data: tuple[TensorVar, ...], attrs: VStackAttrs) -> Callable:
     """out = the inputs concatenated along axis 0 (vectors stacked as the rows of a matrix)."""
     return stack(data, StackAttrs(0)) if data[0].ndim == 1 else concat(data, ConcatAttrs(0))
+
+
+@dataclass(frozen=True)
+class NumpyDiagonalAttrs:
+    offset: int = 0
+    axis1: int = 0
+    axis2: int = 1
+
+
+@tdl_op("_np_diagonal", inputs=("data",), attrs=NumpyDiagonalAttrs, cases=[
+    Case(shapes=((3, 5),)),
+    Case(shapes=((2, 3, 5),), attrs={"offset": 1, "axis1": 1, "axis2": 2}),
+    Case(shapes=((4, 2, 3),), attrs={"offset": -1, "axis1": 2, "axis2": 0}),
+])
+def np_diagonal(data: TensorVar, attrs: NumpyDiagonalAttrs) -> Callable:
+    """out[..., d] = data[... with d + max(-offset, 0) on axis1 and d + max(offset, 0) on axis2], the two axes
+    removed and the diagonal appended last (numpy's diagonal)."""
+    if data.ndim < 2:
+        raise TDLError("_np_diagonal: data of one dimension has no diagonal (two or more are needed)")
+    return diag(data, DiagAttrs(k=attrs.offset, axis1=attrs.axis1, axis2=attrs.axis2))
 
 
 @dataclass(frozen=True)

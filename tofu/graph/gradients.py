@@ -31,7 +31,7 @@ ZERO_GRADIENT_OPS = frozenset({
     # the numpy interface's (npx.set_np): fills, var and std (MXNet 1.9.1 does not differentiate them), rounding,
     # logical_not, comparisons
     "_npi_full_like", "_npi_var", "_npi_std", "_npi_rint", "_npi_ceil", "_npi_floor", "_npi_fix", "_npi_trunc",
-    "_npi_around", "_npi_logical_not",
+    "_npi_around", "_npi_logical_not", "_npi_argmax", "_npi_argmin", "_np_all", "_np_any", "_npi_where_scalar2",
     *(f"_npi_{stem}{suffix}" for stem in ("equal", "not_equal", "greater", "greater_equal", "less", "less_equal")
       for suffix in ("", "_scalar"))})
 """Ops whose gradient to every input is MXNet's zero (their FGradient is ``MakeZeroGradNodes``: a ``zeros_like``
@@ -51,7 +51,7 @@ RUNS_ON_ZEROS = frozenset({
     "Activation",
     "LeakyReLU", "Dropout", "Pooling", "UpSampling", "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm",
     "L2Normalization", "LRN", "SequenceLast", "SequenceMask", "SequenceReverse", "gather_nd", "moments", "where",
-    "_npi_where", "_npi_where_lscalar", "_npi_where_rscalar", "_npi_norm",
+    "_npi_where", "_npi_where_lscalar", "_npi_where_rscalar", "_npi_norm", "_npi_solve",
     "CTCLoss", "ctc_loss", "_contrib_CTCLoss", "_contrib_ctc_loss", "BilinearSampler", "GridGenerator",
     "SpatialTransformer", "_linalg_det", "_linalg_slogdet", "_linalg_potri", "_linalg_trsm", "ROIPooling",
     "_contrib_ROIAlign", "_contrib_PSROIPooling", "Correlation", "_contrib_DeformableConvolution",
@@ -73,9 +73,10 @@ NO_GRADIENT_OPS = ZERO_GRADIENT_OPS | {"_zeros", "zeros", "_full", "full", "_ran
 
 
 NOT_DIFFERENTIABLE = frozenset({"_grad_add", "adam_update", "argmax_channel", "khatri_rao", "sgd_mom_update",
-                                "sgd_update", "sort"})
+                                "sgd_update", "sort", "_npi_copysign_scalar", "_npi_rcopysign_scalar"})
 """Described ops MXNet 1.9.1 cannot differentiate (no FGradient; ``sort`` without an ``axis`` attribute, whose
-backward is built with ``axis=""`` and refused): MXNet cannot bind a training graph whose gradient must pass
+backward is built with ``axis=""`` and refused; the numpy copysign's scalar forms, whose backward node is
+declared with one input and given two): MXNet cannot bind a training graph whose gradient must pass
 through one (tests/search/test_softmax_class_split_bytes.py holds the set to MXNet's gradient pass)."""
 
 
