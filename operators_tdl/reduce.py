@@ -26,7 +26,7 @@ import math
 
 import numpy as np
 
-from operators_tdl.shape import unravel
+from operators_tdl.shape import DiagAttrs, NumpyDiagonalAttrs, diag, unravel
 from tofu.tdl.lang import *  # noqa: F403  (the DSL: tofu.tdl.lang.__all__)
 
 Reducer = Callable[..., ValueExpr]
@@ -342,29 +342,21 @@ def argmax_channel(data: TensorVar, attrs: NoAttrs) -> Callable:
 # The numpy interface's index reductions: an int axis or None (the flattened data), whose 0-d results (None
 # without keepdims) are not described.
 
-@tdl_op("_npi_argmax", inputs=("data",), attrs=ArgReduceAttrs, cases=ARG_CASES[:3] + [
-    Case(shapes=((3, 4),), attrs={"keepdims": True}),
-])
-def np_argmax(data: TensorVar, attrs: ArgReduceAttrs) -> Callable:
-    """out[o] = the first position k of the largest data[o, k] along ``axis`` (None, with keepdims: in the
-    flattened data)."""
-    _not_flattened("_npi_argmax", attrs)
-    return _position(data, attrs.axis, attrs.keepdims, Opaque("argmax", _first_max))
+def _np_position_op(op: str, extreme: str, find: Callable[[np.ndarray], np.ndarray]) -> None:
+    def build(data: TensorVar, attrs: ArgReduceAttrs) -> Callable:
+        if attrs.axis is None and not attrs.keepdims:
+            raise TDLError(f"{op}: no axis and no keepdims gives a 0-d (scalar) array, which is not described")
+        return _position(data, attrs.axis, attrs.keepdims, Opaque(op.removeprefix("_npi_"), find))
+
+    build.__name__ = build.__qualname__ = op
+    build.__doc__ = (f"out[o] = the first position k of the {extreme} data[o, k] along ``axis`` (None, with keepdims: "
+                     f"in the flattened data).")
+    tdl_op(op, inputs=("data",), attrs=ArgReduceAttrs, cases=ARG_CASES[:3] + [
+        Case(shapes=((3, 4),), attrs={"keepdims": True})])(build)
 
 
-@tdl_op("_npi_argmin", inputs=("data",), attrs=ArgReduceAttrs, cases=ARG_CASES[:3] + [
-    Case(shapes=((3, 4),), attrs={"keepdims": True}),
-])
-def np_argmin(data: TensorVar, attrs: ArgReduceAttrs) -> Callable:
-    """out[o] = the first position k of the smallest data[o, k] along ``axis`` (None, with keepdims: in the
-    flattened data)."""
-    _not_flattened("_npi_argmin", attrs)
-    return _position(data, attrs.axis, attrs.keepdims, Opaque("argmin", _first_min))
-
-
-def _not_flattened(op: str, attrs: ArgReduceAttrs) -> None:
-    if attrs.axis is None and not attrs.keepdims:
-        raise TDLError(f"{op}: no axis and no keepdims gives a 0-d (scalar) array, which is not described")
+_np_position_op("_npi_argmax", "largest", _first_max)
+_np_position_op("_npi_argmin", "smallest", _first_min)
 
 
 @dataclass(frozen=True)
@@ -404,42 +396,24 @@ _truth_op("_np_all", np.all, "every")
 _truth_op("_np_any", np.any, "some")
 
 
-@dataclass(frozen=True)
-class TraceAttrs:
-    offset: int = 0
-    axis1: int = 0
-    axis2: int = 1
-
-
-@tdl_op("_np_trace", inputs=("data",), attrs=TraceAttrs, cases=[
+@tdl_op("_np_trace", inputs=("data",), attrs=NumpyDiagonalAttrs, cases=[
     Case(shapes=((2, 3, 4),), attrs={"axis1": 1, "axis2": 2}),
     Case(shapes=((3, 2, 4),), attrs={"offset": 1, "axis1": 0, "axis2": 2}),
     Case(shapes=((4, 3, 2),), attrs={"offset": -2, "axis1": 0, "axis2": 1}),
 ])
-def np_trace(data: TensorVar, attrs: TraceAttrs) -> Callable:
-    """out[..] = sum_d data[.. with d + max(-offset, 0) on axis1 and d + max(offset, 0) on axis2], the two axes
-    removed (a matrix's trace is a 0-d array, not described)."""
+def np_trace(data: TensorVar, attrs: NumpyDiagonalAttrs) -> Callable:
+    """out[..] = sum_d diagonal[.., d], the diagonal ``offset`` of the plane (axis1, axis2) as ``_np_diagonal``
+    takes it (a matrix's trace is a 0-d array, not described)."""
     if data.ndim < 3:
         raise TDLError(f"_np_trace: data of rank {data.ndim} gives a 0-d (scalar) array, which is not described "
                        f"(a stack of matrices, rank >= 3, is)")
-    a1, a2 = (a % data.ndim if -data.ndim <= a < data.ndim else None for a in (attrs.axis1, attrs.axis2))
-    if a1 is None or a2 is None or a1 == a2:
-        raise TDLError(f"_np_trace: axes {attrs.axis1} and {attrs.axis2} are not two distinct axes of rank "
-                       f"{data.ndim}")
-    r1, r2 = max(-attrs.offset, 0), max(attrs.offset, 0)
-    n = min(data.shape[a1] - r1, data.shape[a2] - r2)
+    diagonal = diag(data, DiagAttrs(k=attrs.offset, axis1=attrs.axis1, axis2=attrs.axis2))
+    a1, a2 = attrs.axis1 % data.ndim, attrs.axis2 % data.ndim
+    n = min(data.shape[a1] - max(-attrs.offset, 0), data.shape[a2] - max(attrs.offset, 0))
     if n <= 0:
         raise TDLError(f"_np_trace: offset {attrs.offset} leaves no diagonal in a {data.shape[a1]} x "
                        f"{data.shape[a2]} plane")
-    rest = [d for d in range(data.ndim) if d not in (a1, a2)]
-
-    def read(o: Sequence[Var], d: Var) -> ValueExpr:
-        idx: list[IndexExpr] = [0] * data.ndim
-        for dim, v in zip(rest, o):
-            idx[dim] = v
-        idx[a1], idx[a2] = d + r1, d + r2
-        return data[tuple(idx)]
-    return lambda *o: Sum(lambda d: read(o, d), extents=(n,))
+    return lambda *o: Sum(lambda d: diagonal(*o, d), extents=(n,))
 
 
 @dataclass(frozen=True)
