@@ -365,9 +365,9 @@ class TruthAttrs:
     keepdims: bool = False
 
 
-TRUTH_CASES = [
-    Case(shapes=((3, 4),), ints=((0, 2),), attrs={"axis": 1}),
-    Case(shapes=((2, 3, 4),), ints=((0, 3),), attrs={"axis": (0, 2), "keepdims": True}),
+TRUTH_CASES = [                             # the kept axes of 4 elements: 2 and 4 workers split them
+    Case(shapes=((4, 3),), ints=((0, 2),), attrs={"axis": 1}),
+    Case(shapes=((2, 4, 3),), ints=((0, 3),), attrs={"axis": (0, 2), "keepdims": True}),
     Case(shapes=((2, 5),), ints=((0, 4),), attrs={"keepdims": True}),             # every axis, kept
 ]
 
