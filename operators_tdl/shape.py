@@ -6,8 +6,8 @@ depth_to_space, space_to_depth, diag; and the numpy interface's (``npx.set_np()`
 _np_transpose, _npi_concatenate, _npi_vstack, _np_squeeze, _npi_broadcast_to, _np_moveaxis, _np_roll, _np_diag,
 _np_diagonal, _npi_tril, and under the legacy op's description _npi_stack, _npi_swapaxes, _npi_expand_dims,
 _npi_flip. Each output element reads one input element; wherever a dimension maps onto a dimension, it is indexed
-directly (affine), and only dimensions whose extents are regrouped (Reshape's merged or split dims, tile, repeat, the block
-moves) use ``//`` and ``%``. The ``*_like`` ops take only the shape of their second input; its elements are
+directly (affine), and only dimensions whose extents are regrouped (Reshape's merged or split dims, tile, repeat,
+the block moves) use ``//`` and ``%``. The ``*_like`` ops take only the shape of their second input; its elements are
 declared read (``uses``) along the axes it sizes, so that a worker's shard of it gives MXNet's kernel the shard's
 extents.
 """

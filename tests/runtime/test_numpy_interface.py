@@ -60,7 +60,7 @@ class _ConvNet(mx.gluon.HybridBlock):
 
 
 class _Math(mx.gluon.HybridBlock):
-    """Numpy's math with no legacy twin: arctan2, copysign, ldexp, polyval of a parameter, a batched solve and
+    """Numpy's math with no legacy twin: arctan2, copysign, ldexp, polyval of a parameter, argmin, a batched solve and
     Cholesky factor, the n-th difference, any (a boolean that crosses devices where a plan splits what it reads) and
     where on two scalars, trace and diagonal of stacks of matrices."""
 
@@ -73,6 +73,7 @@ class _Math(mx.gluon.HybridBlock):
         h = self.fc(x)
         h = F.np.arctan2(h, F.np.abs(h) + 0.5) + 0.5 * F.np.copysign(h, h - 0.1) + 0.1 * F.np.ldexp(h, 1.0)
         h = F.np.polyval(coef, F.np.tanh(h))
+        h = h + 0.1 * F.npx.one_hot(F.np.argmin(h, axis=1), 16)             # an int64 position, one-hot again
         m = F.np.tanh(h.reshape(-1, 4, 4))
         s = F.np.linalg.solve(F.np.eye(4) * 3.0 + 0.1 * m, m)
         c = F.np.linalg.cholesky(F.np.eye(4) * 2.0 + 0.05 * F.np.matmul(m, m.transpose(0, 2, 1)))
@@ -103,8 +104,9 @@ def _export(block, shape, path):
                               "_np_dot", "_npx_reshape", "_np_squeeze", "_npi_concatenate", "_npi_subtract",
                               "_npi_full_like", "_npi_flip", "_npi_std", "_npi_eye", "_np_diag", "_np_roll",
                               "_npi_around", "_npi_tensordot"}),
-    (_Math, (6, 12), {"_npi_arctan2", "_npi_copysign", "_npi_ldexp_scalar", "_npi_polyval", "_npi_solve",
-                      "_npi_cholesky", "_npi_diff", "_np_any", "_npi_where_scalar2", "_np_trace", "_np_diagonal"}),
+    (_Math, (6, 12), {"_npi_arctan2", "_npi_copysign", "_npi_ldexp_scalar", "_npi_polyval", "_npi_argmin",
+                      "_npi_solve", "_npi_cholesky", "_npi_diff", "_np_any", "_npi_where_scalar2", "_np_trace",
+                      "_np_diagonal"}),
 ], ids=["attention", "convnet", "math"])
 @pytest.mark.parametrize("workers,algo", [(2, "tofu"), (3, "tofu"), (4, "tofu"), (4, "data-parallel")])
 def test_a_numpy_interface_model_trains_equal_to_one_device(capsys, tmp_path, block, shape, numpy_ops, workers,
