@@ -48,6 +48,7 @@ class TensorEntry:
     role: Role
     producer: int | None = None    # node id; None for variables
     output_index: int = 0
+    lr_mult: float = 1.0           # a parameter's learning-rate multiplier (MXNet's ``__lr_mult__``)
 
     @property
     def size(self) -> int:

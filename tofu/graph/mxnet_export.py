@@ -1,9 +1,9 @@
 """The IR back to MXNet: :class:`~tofu.graph.ir.Graph` -> the unpartitioned forward Symbol.
 
 Input: a Graph. Output: an ``mx.sym.Symbol`` with one node per op (its parsed attributes written back as
-MXNet's strings) and one variable per tensor without a producer, under the tensors' own names (a type other than float32
-declared on it); its outputs
-are the graph's heads. What one device runs, as the reference of a partitioned run.
+MXNet's strings) and one variable per tensor without a producer, under the tensors' own names (a type other
+than float32 and a learning-rate multiplier other than 1 declared on it); its outputs are the graph's heads.
+What one device runs, as the reference of a partitioned run.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def export_symbol(graph: Graph) -> mx.sym.Symbol:
     for t in graph.tensors:
         if t.producer is None:
             entry[t.id] = (len(nodes), 0)
-            nodes.append({"op": "null", "name": t.name, "inputs": [], **_declared(t.dtype)})
+            nodes.append({"op": "null", "name": t.name, "inputs": [], **_declared(t.dtype, t.lr_mult)})
     arg_nodes = list(range(len(nodes)))
     for node in graph.nodes:
         index = len(nodes)
@@ -32,8 +32,10 @@ def export_symbol(graph: Graph) -> mx.sym.Symbol:
     return mx.sym.load_json(json.dumps(doc))
 
 
-def _declared(dtype: str) -> dict:
-    """A variable's declared type (``__dtype__``, as mshadow's type flag) unless float32, MXNet's default."""
-    if dtype == "float32":
-        return {}
-    return {"attrs": {"__dtype__": mx.sym.var("v", dtype=dtype).attr("__dtype__")}}
+def _declared(dtype: str, lr_mult: float) -> dict:
+    """A variable's declared type (``__dtype__``, as mshadow's type flag) unless float32, MXNet's default, and its
+    learning-rate multiplier (``__lr_mult__``) unless 1."""
+    attrs = {} if dtype == "float32" else {"__dtype__": mx.sym.var("v", dtype=dtype).attr("__dtype__")}
+    if lr_mult != 1.0:
+        attrs["__lr_mult__"] = repr(lr_mult)
+    return {"attrs": attrs} if attrs else {}

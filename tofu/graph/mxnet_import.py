@@ -203,7 +203,8 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
                     else Role.PARAM)
             entries[(j, 0)] = len(tensors)
             tensors.append(TensorEntry(len(tensors), jn["name"], tuple(out_shapes[cursor]),
-                                       np.dtype(out_types[cursor]).name, role))
+                                       np.dtype(out_types[cursor]).name, role,
+                                       lr_mult=_lr_mult(jn["name"], raw) if role is Role.PARAM else 1.0))
             cursor += 1
             continue
         node_id = len(nodes)
@@ -239,6 +240,23 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
 _MOVES = frozenset({"Reshape", "reshape", "Flatten", "flatten", "expand_dims", "squeeze", "Cast", "cast",
                     "_copy", "identity", "BlockGrad", "stop_gradient"})
 """Ops a label may pass through on its way to a loss: they move or retype its values."""
+
+
+def _lr_mult(name: str, raw: Mapping[str, str]) -> float:
+    """A parameter's learning-rate multiplier, as ``mx.sym.var(name, lr_mult=...)`` declares it (``__lr_mult__``;
+    MXNet's optimizers scale its update by it: 0 freezes it).
+
+    Raises:
+        GraphImportError: the attribute is not a finite number.
+    """
+    text = raw.get("__lr_mult__", "1")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value):
+        raise GraphImportError(f"parameter '{name}': __lr_mult__ '{text}' is not a finite number")
+    return value
 
 
 def _label_variables(doc: dict) -> frozenset[int]:

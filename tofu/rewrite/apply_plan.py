@@ -176,7 +176,10 @@ class _Rewriter:
         name = f"{tensor.name}@dev{w}"
         self.variables.append(ShardVar(name, tensor.name, w, box, tensor.role))
         dtype = None if tensor.dtype == "float32" else tensor.dtype         # int32 lengths keep their type
-        return mx.sym.var(name, shape=box_shape(box), dtype=dtype, attr={"__ctx_group__": f"dev{w}"})
+        attr = {"__ctx_group__": f"dev{w}"}
+        if tensor.lr_mult != 1.0:                       # the trainer scales the shard's update by it
+            attr["__lr_mult__"] = repr(tensor.lr_mult)
+        return mx.sym.var(name, shape=box_shape(box), dtype=dtype, attr=attr)
 
     def _variables(self, t: int) -> None:
         pieces = self.parameters[t] if self.graph.tensors[t].role is Role.PARAM else \

@@ -105,12 +105,14 @@ def _gradient_reaches(doc: Mapping, params: set[str]) -> set[int]:
 
 @dataclass(frozen=True)
 class Shard:
-    """A parameter shard the exchange holds: its variable's name, device, shape and type."""
+    """A parameter shard the exchange holds: its variable's name, device, shape and type, and its learning-rate
+    multiplier (MXNet's ``__lr_mult__``)."""
 
     name: str
     device: int
     shape: tuple[int, ...]
     dtype: np.dtype
+    lr_mult: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,9 @@ class Exchange:
         self._buffers: dict[str, mx.nd.NDArray] = {}
         self.groups: list[_Flat] = []
         offsets = dict.fromkeys(sizes, 0)
+        # flats holding a shard whose update is scaled (__lr_mult__) are updated shard by shard
+        self._scaled = {(s.device, s.dtype) for s in shards if s.lr_mult != 1.0}
+        self._one_by_one = tuple((s.name, s.lr_mult) for s in shards if (s.device, s.dtype) in self._scaled)
         for g in groups:
             at = (g.device, g.shards[0].dtype)
             flat = _Flat(g, offsets[at], self.flats, contexts)
@@ -253,11 +258,17 @@ class Exchange:
                 mx.nd.elemwise_add(g.grad, g.received, out=g.grad)
 
     def update(self, lr: float, momentum: float, rescale_grad: float = 1.0) -> None:
-        """SGD with momentum on every shard: one ``sgd_mom_update`` per device's flat buffers."""
+        """SGD with momentum on every shard: one ``sgd_mom_update`` per device's flat buffers, or per shard on a
+        device holding a shard whose rate is scaled (``lr`` times its ``lr_mult``)."""
         weights, grads, moms = self.flats
         for at, w in weights.items():
-            mx.nd.sgd_mom_update(w, grads[at], moms[at], lr=lr, momentum=momentum, rescale_grad=rescale_grad,
-                                 out=w)
+            if at not in self._scaled:
+                mx.nd.sgd_mom_update(w, grads[at], moms[at], lr=lr, momentum=momentum, rescale_grad=rescale_grad,
+                                     out=w)
+        for name, mult in self._one_by_one:
+            w = self.weights[name]
+            mx.nd.sgd_mom_update(w, self.grads[name], self.moms[name], lr=lr * mult, momentum=momentum,
+                                 rescale_grad=rescale_grad, out=w)
 
     def broadcast(self) -> None:
         """Each shard's (updated) weights copied to its replicas."""

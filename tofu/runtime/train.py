@@ -126,7 +126,8 @@ class Copy:
 
 
 class Trainer:
-    """Training steps of a (partitioned) graph: SGD with momentum, each device updating its own shards.
+    """Training steps of a (partitioned) graph: SGD with momentum, each device updating its own shards (a
+    parameter's rate scaled by the ``__lr_mult__`` its variable declares, as MXNet's optimizers do).
 
     ``dtype``: the type every argument of the symbol is bound as, and its momentum's (float32, or float64 for a
     symbol from :func:`float64_symbol`); values given in another type are converted as they are loaded.
@@ -152,8 +153,10 @@ class Trainer:
             if self.dtype != np.float32:
                 return self.dtype
             return np.dtype(_DTYPE_MX_TO_NP[int(declared[name])]) if name in declared else np.dtype(np.float32)
-        self.exchange = Exchange([Shard(v.name, v.device, v.shape, dtype_of(v.name)) for v in self.params
-                                  if replicas and v.name not in integer], self.replicas, arguments, self.contexts)
+        self.lr_mult = {v.name: float(attrs.get(v.name, {}).get("__lr_mult__", 1.0)) for v in self.params}
+        self.exchange = Exchange([Shard(v.name, v.device, v.shape, dtype_of(v.name), self.lr_mult[v.name])
+                                  for v in self.params if replicas and v.name not in integer], self.replicas,
+                                 arguments, self.contexts)
         grad_req = {v.name: "write" if v.role is Role.PARAM else "null" for v in pg.variables if v.name in arguments}
         grad_req.update({r.name: "write" if r.gradient else "null" for r in self.replicas})
         group2ctx = {f"dev{i}": c for i, c in enumerate(self.contexts)}
@@ -244,7 +247,7 @@ class Trainer:
         for v in self.params:
             if v.name not in self.exchange:
                 w = self._weights[v.name]
-                mx.nd.sgd_mom_update(w, self._grads[v.name], self.moms[v.name], lr=self.lr,
+                mx.nd.sgd_mom_update(w, self._grads[v.name], self.moms[v.name], lr=self.lr * self.lr_mult[v.name],
                                      momentum=self.momentum, rescale_grad=rescale_grad, out=w)
         self.exchange.broadcast()
 
