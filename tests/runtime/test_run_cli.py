@@ -180,6 +180,24 @@ def test_an_mxnet_failure_at_run_time_is_one_line(capsys, monkeypatch):
     assert_one_line_error(rc, out, err, "MXNet cannot run the partitioned graph", "boom")
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_an_output_that_is_no_loss_is_named(capsys, tmp_path, workers):
+    """An output a gradient reaches that is not a loss (a hidden layer grouped with the loss): MXNet's backward
+    wants its gradient. The error names it and says what to do (it used to be MXNet's message, cut mid-word);
+    through BlockGrad the same output is fine, and equals one device."""
+    h = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=16, name="fc1")
+    loss = mx.sym.SoftmaxOutput(mx.sym.FullyConnected(mx.sym.relu(h), num_hidden=4, name="fc2"), name="softmax")
+    bad, good = tmp_path / "bad-symbol.json", tmp_path / "good-symbol.json"
+    mx.sym.Group([loss, h]).save(str(bad))
+    mx.sym.Group([loss, mx.sym.BlockGrad(h)]).save(str(good))
+    rc, out, err = run(capsys, "run", str(bad), "--shape", "data=8,12", "--workers", str(workers), "--steps", "1")
+    assert rc == 2 and err.count("\n") == 1, err
+    assert "outputs are not all losses" in err and "'fc1_output' (FullyConnected)" in err and "BlockGrad" in err
+    rc, out, err = run(capsys, "run", str(good), "--shape", "data=8,12", "--workers", str(workers), "--steps", "1",
+                       "--check", "--json")
+    assert rc == 0 and json.loads(out)["check_passed"], err
+
+
 def _gluon_cells(path):
     """Gluon recurrent cells unrolled by hand (not the fused op): their ``begin_state`` is ``_zeros`` of batch 0,
     which MXNet infers from the cells that read it."""

@@ -28,7 +28,10 @@ def add_parser(sub) -> None:
     p.add_argument("--plan", metavar="PLAN.json", help="run a saved plan (checked against the model)")
     p.add_argument("--ctx", choices=("cpu", "gpu"), default="cpu", help="device kind (default cpu)")
     p.add_argument("--steps", type=int, default=10, help="training steps (default 10)")
-    p.add_argument("--lr", type=finite, default=0.05, help="SGD learning rate (default 0.05)")
+    p.add_argument("--lr", type=finite, default=0.05,
+                   help="SGD learning rate, applied to the loss's gradient as MXNet's backward gives it (not divided "
+                        "by the batch, as Module's default rescale_grad is); a parameter's __lr_mult__ scales it "
+                        "(default 0.05)")
     p.add_argument("--momentum", type=finite, default=0.9, help="SGD momentum, in [0, 1) (default 0.9)")
     p.add_argument("--seed", type=int, default=0, help="seed of the initial values and the batch (0 to 2^32 - 2)")
     p.add_argument("--input", action="append", default=[], metavar="NAME=int:LOW:HIGH",
@@ -117,6 +120,8 @@ def run(args) -> int:
                        progress, start=start, checkpoint=policy, dropout_off=dropout_off, rtol=args.rtol,
                        replicas=args.replicas)
     except mx.base.MXNetError as e:      # a kernel or bind MXNet refuses at run time: one line, not its trace
+        if "head_gradient is required" in str(e):
+            raise TofuError(_not_a_loss(graph)) from None
         hint = ("; an input a kernel reads as integers only (softmax's length) is float32 unless the symbol "
                 "declares its type: mx.sym.var(NAME, dtype='int32')") if "only support integer types" in str(e) else ""
         raise TofuError(f"MXNet cannot run the partitioned graph: {first_line(e)}{hint}") from None
@@ -300,3 +305,15 @@ def _abandon(status: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)
+
+
+def _not_a_loss(graph) -> str:
+    """The error for a model MXNet cannot train because an output that a gradient reaches is not a loss (MXNet's
+    backward then needs that output's gradient, which training does not give), naming the likely outputs."""
+    from tofu.graph.ir import LOSS_OPS
+
+    suspects = [graph.tensors[t] for t in dict.fromkeys(graph.heads) if t in graph.with_gradient
+                and graph.nodes[graph.tensors[t].producer].op not in LOSS_OPS | {"BlockGrad", "stop_gradient"}]
+    named = ", ".join(f"'{t.name}' ({graph.nodes[t.producer].op})" for t in suspects) or "one of them"
+    return (f"the model's outputs are not all losses: MXNet's backward needs a gradient for {named}; pass such an "
+            f"output through BlockGrad to output it untrained, or make_loss to train on it")
