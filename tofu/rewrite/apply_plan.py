@@ -127,7 +127,7 @@ class _Rewriter:
             raise RewriteError(f"the plan does not cover {e} of model '{graph.name}'") from None
         self.coords = [coordinates(w, self.factors) for w in range(self.k)]
         self.parameters = parameter_pieces(graph, self.factors, self.dims)
-        self.fabric = Fabric(self._distance, frozenset(t.name for t in graph.tensors if t.dtype == "bool"))
+        self.fabric = Fabric(self._distance, {t.name: t.dtype for t in graph.tensors if t.dtype != "float32"})
         self.held: dict[int, list[Held]] = {}
         self.variables: list[ShardVar] = []
         self._aux: dict[tuple[int, int], tuple[Box, object]] = {}
@@ -208,7 +208,8 @@ class _Rewriter:
             tensor = self.graph.tensors[t]
             if piece.zeroed:
                 with scope(w):
-                    args.append(mx.sym.zeros(shape=box_shape(piece.box), name=self.fabric.name(f"zeros@dev{w}")))
+                    args.append(mx.sym.zeros(shape=box_shape(piece.box), dtype=tensor.dtype,
+                                             name=self.fabric.name(f"zeros@dev{w}")))
             elif tensor.role is Role.AUX:
                 args.append(self._aux_input(t, w, piece))
             else:

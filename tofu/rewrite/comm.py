@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import mxnet as mx
@@ -81,9 +81,11 @@ _REDUCE = {"sum": None, "max": "broadcast_maximum", "min": "broadcast_minimum", 
 class Fabric:
     """Builds the glue of one partitioned graph, naming every node and sharing pieces per destination."""
 
-    def __init__(self, distance: Callable[[int, int], int], booleans: frozenset[str] = frozenset()):
+    def __init__(self, distance: Callable[[int, int], int], dtypes: Mapping[str, str] | None = None):
         self._distance = distance            # lower is closer (0: the same device)
-        self._booleans = booleans            # tensors of numpy's booleans: MXNet's Concat does not take them
+        self._dtypes = dict(dtypes or {})    # per tensor, when not float32: what a fill around it is made of
+        # tensors of numpy's booleans: MXNet's Concat does not take them
+        self._booleans = frozenset(n for n, d in self._dtypes.items() if d == "bool")
         self._sent: dict[tuple, object] = {}
         self._count = itertools.count()
 
@@ -124,9 +126,9 @@ class Fabric:
         parts = [h for h in held if intersect(h.box, data) is not None]
         with scope(dst):
             if not all(hi > lo for lo, hi in data):
-                return self._fill(box, fill, dst)
+                return self._fill(tensor, box, fill, dst)
             inner = self._grid(tensor, parts, data, dst, reducer)
-            return self._pad(inner, box, data, fill, dst)
+            return self._pad(tensor, inner, box, data, fill, dst)
 
     def _grid(self, tensor: str, parts: Sequence[Held], box: Box, dst: int, reducer: str) -> object:
         """``box`` assembled from the cells of the grid the pieces' edges cut it into."""
@@ -175,19 +177,22 @@ class Fabric:
         return out
 
     # ----------------------------------------------------------------------------------------------- fill
-    def _fill(self, box: Box, fill: float, dst: int) -> object:
-        return mx.sym.full(shape=box_shape(box), val=fill, name=self.name(f"fill@dev{dst}"))
+    def _fill(self, tensor: str, box: Box, fill: float, dst: int) -> object:
+        return mx.sym.full(shape=box_shape(box), val=fill, dtype=self._dtypes.get(tensor, "float32"),
+                           name=self.name(f"fill@dev{dst}"))
 
-    def _pad(self, inner, box: Box, data: Box, fill: float, dst: int):
+    def _pad(self, tensor: str, inner, box: Box, data: Box, fill: float, dst: int):
         """``inner`` (the ``data`` part) surrounded by ``fill`` up to ``box``."""
         current = list(data)
         for d, ((lo, hi), (a, b)) in enumerate(zip(box, data)):
             parts = []
             if a > lo:
-                parts.append(self._fill(tuple((lo, a) if i == d else r for i, r in enumerate(current)), fill, dst))
+                parts.append(self._fill(tensor, tuple((lo, a) if i == d else r for i, r in enumerate(current)), fill,
+                                        dst))
             parts.append(inner)
             if b < hi:
-                parts.append(self._fill(tuple((b, hi) if i == d else r for i, r in enumerate(current)), fill, dst))
+                parts.append(self._fill(tensor, tuple((b, hi) if i == d else r for i, r in enumerate(current)), fill,
+                                        dst))
             if len(parts) > 1:
                 inner = mx.sym.concat(*parts, dim=d, name=self.name(f"pad@dev{dst}"))
             current[d] = (lo, hi)
