@@ -204,7 +204,8 @@ def import_symbol(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], name: str 
             entries[(j, 0)] = len(tensors)
             tensors.append(TensorEntry(len(tensors), jn["name"], tuple(out_shapes[cursor]),
                                        np.dtype(out_types[cursor]).name, role,
-                                       lr_mult=_lr_mult(jn["name"], raw) if role is Role.PARAM else 1.0))
+                                       lr_mult=_lr_mult(jn["name"], raw) if role is Role.PARAM else 1.0,
+                                       init=str(raw.get("__init__", ""))))
             cursor += 1
             continue
         node_id = len(nodes)

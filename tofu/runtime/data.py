@@ -11,6 +11,8 @@ an input's range, and :func:`check_inputs` refuses values that would drive a ker
 """
 from __future__ import annotations
 
+import json
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,9 +31,19 @@ class CheckpointError(TofuError):
 _NORMALIZATIONS = frozenset({"BatchNorm", "LayerNorm", "InstanceNorm", "GroupNorm"})   # input 1: the scale
 
 
+class InitializerError(TofuError):
+    """A variable declares an initializer (``__init__``) that cannot be read or that tofu does not draw."""
+
+
 def initial_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     """Parameters (uniform in +-sqrt(3 / fan-in); BatchNorm and LayerNorm scales 1, shifts and biases 0) and
-    auxiliary states (moving means 0, moving variances 1), drawn reproducibly from ``seed``."""
+    auxiliary states (moving means 0, moving variances 1), drawn reproducibly from ``seed``; a variable that
+    declares its initializer (``mx.sym.var(name, init=...)``, as ``mx.rnn.LSTMCell`` does its forget bias) gets
+    that one's values (:func:`declared_initial_value`).
+
+    Raises:
+        InitializerError: a declared initializer that cannot be read or is not one tofu draws.
+    """
     rng = np.random.default_rng(seed)
     # a normalization's scale by its place in the op, whatever its name (BatchNorm under fix_gamma sets it to 1
     # in place on one device, and never reads it partitioned: both must start at 1)
@@ -40,7 +52,9 @@ def initial_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
     for t in graph.tensors:
         if t.producer is not None or t.role not in (Role.PARAM, Role.AUX):
             continue
-        if t.role is Role.AUX:
+        if t.init:
+            values[t.name] = declared_initial_value(t.name, t.init, t.shape, rng)
+        elif t.role is Role.AUX:
             values[t.name] = (np.ones if t.name.endswith("var") else np.zeros)(t.shape, np.float32)
         elif t.id in scales or t.name.endswith("gamma"):
             values[t.name] = np.ones(t.shape, np.float32)
@@ -51,6 +65,57 @@ def initial_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
             bound = np.sqrt(3.0 / fan_in)
             values[t.name] = rng.uniform(-bound, bound, t.shape).astype(np.float32)
     return values
+
+
+def declared_initial_value(name: str, init: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """The value MXNet's initializer ``init`` (its JSON, as ``Initializer.dumps`` writes it) gives a variable of
+    ``shape``, drawn from ``rng`` where it is random (the same distribution as MXNet's, not the same numbers): the
+    constants (``zero``, ``one``, ``constant``), ``uniform``, ``normal``, ``xavier``, ``msraprelu`` and ``lstmbias``,
+    by the formulas of MXNet 1.9.1's ``mxnet/initializer.py``.
+
+    Raises:
+        InitializerError: ``init`` is not an initializer's JSON, or names one of the others (orthogonal, bilinear,
+            load, mixed, ...): their values are to be loaded (``--load``).
+    """
+    try:
+        doc = json.loads(init)
+        kind, kwargs = (doc, {}) if isinstance(doc, str) else (str(doc[0]).lower(), dict(doc[1]))
+    except (ValueError, TypeError, IndexError, KeyError):
+        raise InitializerError(f"variable '{name}': its initializer '{init}' is not one MXNet wrote") from None
+    try:
+        if kind in ("zero", "zeros", "one", "ones"):
+            return np.full(shape, 1.0 if kind.startswith("one") else 0.0, np.float32)
+        if kind == "constant":
+            return np.broadcast_to(np.asarray(kwargs.get("value", 0.0), np.float32), shape).copy()
+        if kind == "uniform":
+            scale = float(kwargs.get("scale", 0.07))
+            return rng.uniform(-scale, scale, shape).astype(np.float32)
+        if kind == "normal":
+            return rng.normal(0.0, float(kwargs.get("sigma", 0.01)), shape).astype(np.float32)
+        if kind in ("xavier", "msraprelu"):
+            if len(shape) < 2:
+                raise InitializerError(f"variable '{name}': MXNet's {kind} initializer needs at least 2 dimensions, "
+                                       f"it has shape {list(shape)}")
+            if kind == "xavier":
+                gaussian = kwargs.get("rnd_type", "uniform") == "gaussian"
+                magnitude = float(kwargs.get("magnitude", 3))
+            else:               # MSRAPrelu: a gaussian Xavier of magnitude 2 / (1 + slope^2)
+                gaussian, magnitude = True, 2.0 / (1 + float(kwargs.get("slope", 0.25)) ** 2)
+            field = math.prod(shape[2:])
+            fan_in, fan_out = shape[1] * field, shape[0] * field
+            factor = {"avg": (fan_in + fan_out) / 2.0, "in": fan_in, "out": fan_out}[kwargs.get("factor_type", "avg")]
+            scale = math.sqrt(magnitude / factor)
+            value = rng.normal(0.0, scale, shape) if gaussian else rng.uniform(-scale, scale, shape)
+            return value.astype(np.float32)
+        if kind == "lstmbias":      # the forget gate's quarter (i, f, c, o: the second) at forget_bias, else 0
+            value = np.zeros(shape, np.float32)
+            n = shape[0] // 4
+            value[n:2 * n] = float(kwargs.get("forget_bias", 1.0))
+            return value
+    except (ValueError, TypeError, KeyError) as e:
+        raise InitializerError(f"variable '{name}': its initializer '{init}' cannot be applied: {e}") from None
+    raise InitializerError(f"variable '{name}' declares MXNet's '{kind}' initializer, which tofu does not draw: "
+                           f"give its values with --load")
 
 
 class InputOptionError(TofuError):
