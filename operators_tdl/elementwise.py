@@ -20,8 +20,8 @@ Families (each op registered on its own, through a small factory per family):
 - others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, Cast, MakeLoss, make_loss, _zeros, _ones, _full
   (no inputs), _npi_full_like;
 - the numpy interface's own kernels: _npi_where and its scalar forms (_npi_where_lscalar, _npi_where_rscalar,
-  _npi_where_scalar2), _npi_around, _npi_polyval, and arctan2, copysign and ldexp, each broadcast (_npi_arctan2) and with a
-  scalar on either side (_npi_arctan2_scalar, _npi_rarctan2_scalar);
+  _npi_where_scalar2), _npi_around, _npi_polyval, and arctan2, copysign and ldexp, each broadcast
+  (_npi_arctan2) and with a scalar on either side (_npi_arctan2_scalar, _npi_rarctan2_scalar);
 - the numpy interface's names of the unary, scalar, broadcast and fill kernels (``NUMPY_NAMES``).
 
 Comparisons and logical ops give 1.0 where they hold and 0.0 elsewhere, in the input's type (as MXNet's

@@ -1,8 +1,8 @@
 """A variable's declared initializer (``mx.sym.var(name, init=...)``, ``__init__`` in the symbol file;
-``mx.rnn.LSTMCell`` declares its forget bias so) gives its initial value, as MXNet's ``Module.init_params`` does. tofu used to draw every
-parameter by its own rule, so a scale declared 0.5 started uniform around 0 and an LSTM's forget bias at 0. The
-reference is MXNet's own initialization: equal values for the constant initializers, the same spread for the
-random ones (the numbers differ: another generator)."""
+``mx.rnn.LSTMCell`` declares its forget bias so) gives its initial value, as MXNet's ``Module.init_params`` does.
+tofu used to draw every parameter by its own rule, so a scale declared 0.5 started uniform around 0 and an LSTM's
+forget bias at 0. The reference is MXNet's own initialization: equal values for the constant initializers, the
+same spread for the random ones (the numbers differ: another generator)."""
 import mxnet as mx
 import numpy as np
 import pytest
