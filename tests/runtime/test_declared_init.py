@@ -88,6 +88,16 @@ def test_an_lstm_cell_starts_with_its_forget_bias():
         assert not values[t.name][:n].any() and not values[t.name][2 * n:].any()
 
 
+@pytest.mark.parametrize("init,want", [("ones", 1.0), ("Zero", 0.0), ('["constant", {"value": 3}]', 3.0)])
+def test_a_bare_initializer_name_as_gluons_export_writes_it(tmp_path, init, want):
+    odd = mx.sym.var("odd", shape=(1, 8), attr={"__init__": init})
+    path = tmp_path / "bare-symbol.json"
+    _symbol(odd).save(str(path))
+    values = initial_values(load_graph(str(path), shapes={"data": (2, 8, 3, 3)}, with_loss=True))
+    np.testing.assert_array_equal(values["odd"], np.full((1, 8), want, np.float32))
+    np.testing.assert_array_equal(values["odd"], _mxnet_values(_symbol(odd))["odd"])
+
+
 @pytest.mark.parametrize("init,message", [
     ('["orthogonal", {"scale": 1.414}]', "declares MXNet's 'orthogonal' initializer, which tofu does not draw"),
     ("[not json", "is not one MXNet wrote"),

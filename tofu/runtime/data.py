@@ -68,18 +68,18 @@ def initial_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 
 
 def declared_initial_value(name: str, init: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """The value MXNet's initializer ``init`` (its JSON, as ``Initializer.dumps`` writes it) gives a variable of
-    ``shape``, drawn from ``rng`` where it is random (the same distribution as MXNet's, not the same numbers): the
-    constants (``zero``, ``one``, ``constant``), ``uniform``, ``normal``, ``xavier``, ``msraprelu`` and ``lstmbias``,
-    by the formulas of MXNet 1.9.1's ``mxnet/initializer.py``.
+    """The value MXNet's initializer ``init`` (its JSON, as ``Initializer.dumps`` writes it, or its bare name)
+    gives a variable of ``shape``, drawn from ``rng`` where it is random (the same distribution as MXNet's, not the
+    same numbers): the constants (``zero``, ``one``, ``constant``), ``uniform``, ``normal``, ``xavier``,
+    ``msraprelu`` and ``lstmbias``, by the formulas of MXNet 1.9.1's ``mxnet/initializer.py``.
 
     Raises:
         InitializerError: ``init`` is not an initializer's JSON, or names one of the others (orthogonal, bilinear,
             load, mixed, ...): their values are to be loaded (``--load``).
     """
-    try:
-        doc = json.loads(init)
-        kind, kwargs = (doc, {}) if isinstance(doc, str) else (str(doc[0]).lower(), dict(doc[1]))
+    try:        # MXNet's registry takes a JSON [name, kwargs] or a bare name (Gluon's export writes 'ones')
+        doc = json.loads(init) if init.lstrip().startswith("[") else [init.strip(), {}]
+        kind, kwargs = str(doc[0]).lower(), dict(doc[1])
     except (ValueError, TypeError, IndexError, KeyError):
         raise InitializerError(f"variable '{name}': its initializer '{init}' is not one MXNet wrote") from None
     try:
