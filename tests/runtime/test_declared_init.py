@@ -16,6 +16,7 @@ DECLARED = {       # variable -> (shape, initializer)
     "shift": ((1, 8, 1, 1), mx.init.Zero()),
     "gain": ((8,), mx.init.One()),
     "lstm_bias": ((32,), mx.init.LSTMBias(forget_bias=2.0)),
+    "up_w": ((8, 1, 3, 5), mx.init.Bilinear()),
     "xavier_w": ((256, 8, 3, 3), mx.init.Xavier(rnd_type="uniform", factor_type="avg", magnitude=3)),
     "gauss_w": ((256, 72), mx.init.Xavier(rnd_type="gaussian", factor_type="in", magnitude=2)),
     "msra_w": ((128, 72), mx.init.MSRAPrelu(slope=0.1)),
@@ -30,6 +31,8 @@ def _symbol(extra=None):
                            no_bias=True, name="c")
     x = mx.sym.slice_axis(x, axis=1, begin=0, end=8)
     x = mx.sym.broadcast_add(mx.sym.broadcast_mul(x, v["scale"]), v["shift"])
+    x = mx.sym.Convolution(x, v["up_w"], kernel=(3, 5), pad=(1, 2), num_filter=8, num_group=8, no_bias=True,
+                           name="up")
     x = mx.sym.flatten(mx.sym.relu(x))                                          # (B, 8 * 3 * 3) = (B, 72)
     x = mx.sym.FullyConnected(x, v["gauss_w"], no_bias=True, num_hidden=256, name="g")
     x = mx.sym.FullyConnected(x, mx.sym.var("g2_weight"), no_bias=True, num_hidden=72, name="g2")
@@ -60,7 +63,7 @@ def pair(tmp_path_factory):
     return initial_values(graph), _mxnet_values(_symbol())
 
 
-@pytest.mark.parametrize("name", ["scale", "shift", "gain", "lstm_bias"])
+@pytest.mark.parametrize("name", ["scale", "shift", "gain", "lstm_bias", "up_w"])
 def test_constant_initializers_give_mxnets_values(pair, name):
     ours, theirs = pair
     assert ours[name].shape == DECLARED[name][0]

@@ -15,8 +15,10 @@ from tofu.sim.flops import OpClass
 def test_mlp_steps_measured_beside_the_engine(tmp_path):
     """mlp at k = 1 and 2, measured and simulated independently: every plan's simulated iteration within a factor
     3 of its measured median step (docs/sim.md, "CPU validation": the engine is 15-60% under on this machine),
-    and both agree that partitioning this small network over two contexts slows its step down (the engine from
-    the copies and glue it schedules, the measurement from MXNet running them)."""
+    and the engine charging the two-context plans their copies and glue (slower than one context). Whether the
+    measurement agrees on that order is not asserted per case: the steps are 0.3-0.7 ms, and two runs of the suite
+    here measured two contexts faster than one (0.45 against 0.49 ms, 0.35 against 0.47 ms; the 2-core host runs
+    their kernels in parallel); the validation table's ranking agreement counts such pairs over all cases."""
     from tofu.sim import profile
 
     prof = profile("cpu")
@@ -31,7 +33,6 @@ def test_mlp_steps_measured_beside_the_engine(tmp_path):
     assert one[0]["copies"] == 0 and all(r["copies"] > 0 for r in two)
     for r in two:
         assert r["predicted_seconds"] > one[0]["predicted_seconds"]
-        assert r["measured_seconds"] > one[0]["measured_seconds"]
 
 
 def _row(plan, predicted, measured, k=2):

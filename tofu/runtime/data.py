@@ -70,8 +70,8 @@ def initial_values(graph: Graph, seed: int = 0) -> dict[str, np.ndarray]:
 def declared_initial_value(name: str, init: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """The value MXNet's initializer ``init`` (its JSON, as ``Initializer.dumps`` writes it, or its bare name)
     gives a variable of ``shape``, drawn from ``rng`` where it is random (the same distribution as MXNet's, not the
-    same numbers): the constants (``zero``, ``one``, ``constant``), ``uniform``, ``normal``, ``xavier``,
-    ``msraprelu`` and ``lstmbias``, by the formulas of MXNet 1.9.1's ``mxnet/initializer.py``.
+    same numbers): the constants (``zero``, ``one``, ``constant``, ``bilinear``, ``lstmbias``), ``uniform``,
+    ``normal``, ``xavier`` and ``msraprelu``, by the formulas of MXNet 1.9.1's ``mxnet/initializer.py``.
 
     Raises:
         InitializerError: ``init`` is not an initializer's JSON, or names one of the others (orthogonal, bilinear,
@@ -107,6 +107,15 @@ def declared_initial_value(name: str, init: str, shape: tuple[int, ...], rng: np
             scale = math.sqrt(magnitude / factor)
             value = rng.normal(0.0, scale, shape) if gaussian else rng.uniform(-scale, scale, shape)
             return value.astype(np.float32)
+        if kind == "bilinear":      # UpSampling's bilinear kernel: per (row y, column x), separable in the two
+            if len(shape) != 4:
+                raise InitializerError(f"variable '{name}': MXNet's bilinear initializer needs 4 dimensions, it has "
+                                       f"shape {list(shape)}")
+            f = math.ceil(shape[3] / 2.0)
+            c = (2 * f - 1 - f % 2) / (2.0 * f)
+            x = 1 - np.abs(np.arange(shape[3]) / f - c)
+            y = 1 - np.abs(np.arange(shape[2]) / f - c)
+            return np.broadcast_to(np.outer(y, x), shape).astype(np.float32)
         if kind == "lstmbias":      # the forget gate's quarter (i, f, c, o: the second) at forget_bias, else 0
             value = np.zeros(shape, np.float32)
             n = shape[0] // 4
