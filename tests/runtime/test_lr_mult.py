@@ -51,12 +51,15 @@ def _module(values, batch):
     return {k: v.asnumpy() for k, v in mod.get_params()[0].items()}
 
 
-@pytest.mark.parametrize("workers,algo", [(1, "tofu"), (2, "tofu"), (4, "tofu"), (4, "data-parallel")])
-def test_updates_scaled_by_lr_mult_as_mxnet_module(model, workers, algo):
+@pytest.mark.parametrize("workers,algo,replicas", [(1, "tofu", True), (2, "tofu", True), (4, "tofu", True),
+                                                   (4, "data-parallel", True), (4, "tofu", False)])
+def test_updates_scaled_by_lr_mult_as_mxnet_module(model, workers, algo, replicas):
+    """Through the replicas' exchange (flat buffers per device), and without it (each shard on its own)."""
     _, graph, values, batch = model
     assert {t.name: t.lr_mult for t in graph.tensors if t.name in MULTS} == MULTS
     plan = plan_graph(graph, workers, algo)
-    trainer = Trainer(partitioned(graph, plan), {**values, **batch}, lr=LR, momentum=MOMENTUM)
+    trainer = Trainer(partitioned(graph, plan), {**values, **batch}, lr=LR, momentum=MOMENTUM, replicas=replicas)
+    assert len(trainer.exchange.weights) == (len(trainer.params) if replicas else 0)
     for _ in range(STEPS):
         trainer.step()
     got, want = trainer.parameters(), _module(values, batch)

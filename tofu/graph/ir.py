@@ -49,7 +49,7 @@ class TensorEntry:
     producer: int | None = None    # node id; None for variables
     output_index: int = 0
     lr_mult: float = 1.0           # a parameter's learning-rate multiplier (MXNet's ``__lr_mult__``)
-    init: str = ""                 # the initializer a variable declares (MXNet's ``__init__``, JSON), or none
+    init: str = ""                 # the initializer a variable declares (MXNet's ``__init__``), or none
 
     @property
     def size(self) -> int:

@@ -74,7 +74,7 @@ def declared_initial_value(name: str, init: str, shape: tuple[int, ...], rng: np
     ``normal``, ``xavier`` and ``msraprelu``, by the formulas of MXNet 1.9.1's ``mxnet/initializer.py``.
 
     Raises:
-        InitializerError: ``init`` is not an initializer's JSON, or names one of the others (orthogonal, bilinear,
+        InitializerError: ``init`` is not an initializer MXNet wrote, or names one of the others (orthogonal,
             load, mixed, ...): their values are to be loaded (``--load``).
     """
     try:        # MXNet's registry takes a JSON [name, kwargs] or a bare name (Gluon's export writes 'ones')
