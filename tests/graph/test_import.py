@@ -90,6 +90,30 @@ def test_symbol_file_round_trip(tmp_path):
     assert g.op_counts() == import_symbol(model.symbol, model.shapes()).op_counts()
 
 
+def test_a_symbol_file_without_its_version_loads_without_mxnets_log(tmp_path):
+    """A symbol file with no ``mxnet_version`` (written by hand, or by an old MXNet) is upgraded as MXNet loads
+    it, and MXNet logged two lines of its own ("Loading symbol saved by previous version v0.8.0") on every
+    command: they are kept from the terminal, and the file reads as the one with its version."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    model = build_model("mlp", ModelOptions(batch=2))
+    doc = json.loads(model.symbol.tojson())
+    del doc["attrs"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(doc))
+    g = import_symbol(load_symbol_file(path), model.shapes())
+    assert [(t.name, t.shape) for t in g.tensors] == \
+        [(t.name, t.shape) for t in import_symbol(model.symbol, model.shapes()).tensors]
+    shapes = [f"--shape={n}={','.join(map(str, s))}" for n, s in model.shapes().items()]
+    done = subprocess.run([sys.executable, "-m", "tofu", "plan", str(path), *shapes, "--workers", "2"],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr
+    assert "previous version" not in done.stderr and "../src/" not in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("text,message", [
     ("{not json", "not valid JSON"),
     ('{"a": 1}', "not an MXNet symbol file"),

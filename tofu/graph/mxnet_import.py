@@ -19,6 +19,7 @@ from tofu.graph.attrs import Attrs
 from tofu.graph.ir import LOSS_OPS, Graph, Node, Role, Shape, TensorEntry
 from tofu.graph.lower_rnn import has_fused_rnn, lower_rnn
 from tofu.graph.lower_syncbn import has_sync_batchnorm, lower_sync_batchnorm
+from tofu.graph.mxnet_log import quiet
 from tofu.graph.single_op import first_line, infer_graph_shapes, num_visible_outputs
 
 LAYER_ATTR = "__tofu_layer__"
@@ -51,7 +52,8 @@ def load_symbol_file(path: str | Path) -> mx.sym.Symbol:
         raise GraphImportError(f"'{path}' is not an MXNet symbol file (no 'nodes' and 'heads')")
     _check_document(doc, str(path))
     try:
-        return mx.sym.load_json(text)
+        with quiet():       # a file without 'mxnet_version' is upgraded as it loads, and MXNet logs that it is
+            return mx.sym.load_json(text)
     except mx.base.MXNetError as e:
         raise GraphImportError(f"MXNet cannot load '{path}': {first_line(e)}") from None
 

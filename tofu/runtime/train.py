@@ -9,18 +9,13 @@ The executor is bound with ``group2ctx`` mapping ``dev{i}`` to ``cpu(i)`` (or ``
 no gradient; parameters ``write``; auxiliary states are MXNet's. Every argument is float32 (MXNet's default), or
 float64 with ``dtype=np.float64`` on a symbol made float64 by :func:`float64_symbol` (``--check``'s second
 opinion, tofu.runtime.run). MXNet's log lines printed while binding and running (``MXNET_SUBGRAPH_BACKEND=NONE
-is detected`` at every bind) are kept from the terminal (:func:`quiet`).
+is detected`` at every bind) are kept from the terminal (:func:`tofu.graph.mxnet_log.quiet`).
 """
 from __future__ import annotations
 
-import contextlib
-import faulthandler
 import functools
 import json
-import os
 import re
-import sys
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -31,40 +26,10 @@ from mxnet.ndarray.ndarray import _DTYPE_MX_TO_NP
 
 from tofu.errors import BindError
 from tofu.graph.ir import Graph, Role
+from tofu.graph.mxnet_log import quiet
 from tofu.graph.single_op import first_line
 from tofu.rewrite.apply_plan import HeadPiece, PartitionedGraph, ShardVar, gather_values, shard_values
 from tofu.runtime.replicas import Exchange, Shard, replicate
-
-_MXNET_LOG = re.compile(r"^\[\d\d:\d\d:\d\d\] \.\./(src|include)/")
-
-# A crash inside MXNet (a segfault in a kernel or a bind) while quiet() holds stderr would die unseen: Python's
-# fault handler writes to a copy of the real stderr, says which signal killed the process, then passes the signal
-# on to MXNet's own handler (whose message goes wherever stderr points then)
-_CRASH_LOG = os.fdopen(os.dup(2), "w")
-faulthandler.enable(file=_CRASH_LOG)
-
-
-@contextlib.contextmanager
-def quiet():
-    """Keeps MXNet's own log lines (``[hh:mm:ss] ../src/...``) off stderr while the block runs; every other
-    line written to the process's stderr meanwhile is passed on."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as sink:
-        os.dup2(sink.fileno(), 2)
-        try:
-            yield
-        finally:
-            mx.nd.waitall()
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            sink.seek(0)
-            text = sink.read().decode(errors="replace")
-    kept = [ln for ln in text.splitlines() if ln.strip() and not _MXNET_LOG.match(ln)]
-    if kept:
-        print("\n".join(kept), file=sys.stderr)
-
 
 def contexts(workers: int, kind: str = "cpu") -> list[mx.Context]:
     return [mx.gpu(i) if kind == "gpu" else mx.cpu(i) for i in range(workers)]

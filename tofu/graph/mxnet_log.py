@@ -1,0 +1,47 @@
+"""MXNet's own log lines kept from the terminal.
+
+MXNet's C++ side writes lines such as ``[hh:mm:ss] ../src/nnvm/legacy_json_util.cc:208: Loading symbol saved by
+previous version`` (a symbol file without ``mxnet_version``, upgraded as it loads) or ``MXNET_SUBGRAPH_BACKEND=NONE
+is detected`` (every bind) straight to file descriptor 2: :func:`quiet` holds them back, and passes on every other
+line written to stderr meanwhile.
+"""
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import os
+import re
+import sys
+import tempfile
+
+import mxnet as mx
+
+_MXNET_LOG = re.compile(r"^\[\d\d:\d\d:\d\d\] \.\./(src|include)/")
+
+# A crash inside MXNet (a segfault in a kernel or a bind) while quiet() holds stderr would die unseen: Python's
+# fault handler writes to a copy of the real stderr, says which signal killed the process, then passes the signal
+# on to MXNet's own handler (whose message goes wherever stderr points then)
+_CRASH_LOG = os.fdopen(os.dup(2), "w")
+faulthandler.enable(file=_CRASH_LOG)
+
+
+@contextlib.contextmanager
+def quiet():
+    """Keeps MXNet's own log lines (``[hh:mm:ss] ../src/...``) off stderr while the block runs; every other
+    line written to the process's stderr meanwhile is passed on."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            mx.nd.waitall()
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            text = sink.read().decode(errors="replace")
+    kept = [ln for ln in text.splitlines() if ln.strip() and not _MXNET_LOG.match(ln)]
+    if kept:
+        print("\n".join(kept), file=sys.stderr)
