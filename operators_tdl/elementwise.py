@@ -17,8 +17,8 @@ Families (each op registered on its own, through a small factory per family):
   logical ops (_logical_and, _logical_or, _logical_xor);
 - broadcast: broadcast_add, broadcast_sub, broadcast_mul, broadcast_div, broadcast_maximum, broadcast_minimum,
   broadcast_power, broadcast_hypot, broadcast_mod, and the broadcast comparisons and logical ops;
-- others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, Cast, MakeLoss, make_loss, _zeros, _ones, _full
-  (no inputs), _npi_full_like;
+- others: add_n (variadic sum), clip, where, hard_sigmoid, smooth_l1, _contrib_quadratic, Cast, MakeLoss,
+  make_loss, _zeros, _ones, _full (no inputs), _npi_full_like;
 - the numpy interface's own kernels: _npi_where and its scalar forms (_npi_where_lscalar, _npi_where_rscalar,
   _npi_where_scalar2), _npi_around, _npi_polyval, and arctan2, copysign and ldexp, each broadcast
   (_npi_arctan2) and with a scalar on either side (_npi_arctan2_scalar, _npi_rarctan2_scalar);
@@ -585,6 +585,22 @@ def smooth_l1(data: TensorVar, attrs: ScalarAttrs):
     """out[i] = (s * x)^2 / 2 if |x| < 1 / s^2 else |x| - 1 / (2 s^2), x = data[i] and s the scalar attribute."""
     s2 = attrs.scalar * attrs.scalar
     return lambda *i: where(lt(abs_(data[i]), 1.0 / s2), 0.5 * s2 * square(data[i]), abs_(data[i]) - 0.5 / s2)
+
+
+@dataclass(frozen=True)
+class QuadraticAttrs:
+    a: float = 0.0
+    b: float = 0.0
+    c: float = 0.0
+
+
+@tdl_op("_contrib_quadratic", inputs=("data",), attrs=QuadraticAttrs, cases=[
+    Case(shapes=((3, 4),), attrs={"a": 1.5, "b": -2.0, "c": 0.5}),
+    Case(shapes=((2, 3, 5),), attrs={"a": -0.25, "c": 3.0}),
+])
+def quadratic(data: TensorVar, attrs: QuadraticAttrs):
+    """out[i] = a data[i]^2 + b data[i] + c (MXNet's example of an operator written in C++)."""
+    return lambda *i: attrs.a * square(data[i]) + attrs.b * data[i] + attrs.c
 
 
 @dataclass(frozen=True)
