@@ -123,7 +123,8 @@ def declared_initial_value(name: str, init: str, shape: tuple[int, ...], rng: np
             return value
     except (ValueError, TypeError, KeyError) as e:
         raise InitializerError(f"variable '{name}': its initializer '{init}' cannot be applied: {e}") from None
-    raise InitializerError(f"variable '{name}' declares MXNet's '{kind}' initializer, which tofu does not draw: "
+    gluon = " (a Gluon constant: its value is in the exported .params)" if kind.startswith("constant_") else ""
+    raise InitializerError(f"variable '{name}' declares the initializer '{doc[0]}'{gluon}, which tofu does not draw: "
                            f"give its values with --load")
 
 
