@@ -4,9 +4,10 @@ Embedding, take, pick and gather_nd read a tensor at an index that is itself rea
 data-dependent access, ``weight[data[b, t], e]``): the looked-up dimension cannot be narrowed by partitioning
 the output, every other dimension stays affine. An index read on its own as a subscript is an index into that
 dimension (its valid values, [0, n - 1], are derived from the access). MXNet truncates a fractional index
-toward zero; out-of-range indices are clipped, as MXNet's default mode does, except by gather_nd, whose forward
-counts a negative index from the end (written in its description) and raises past either end; its backward does
-not count from the end, so a trained graph's gather_nd indices are valid in [0, n - 1] only.
+toward zero; out-of-range indices are clipped, as MXNet's default mode does (take and pick also describe its
+'wrap' mode: the index modulo the extent), except by gather_nd, whose forward counts a negative index from the
+end (written in its description) and raises past either end; its backward does not count from the end, so a
+trained graph's gather_nd indices are valid in [0, n - 1] only.
 one_hot compares each index with the class index, so it needs no data-dependent access; it declares the
 indices' valid values with ``valid=`` (an index outside them gives a row of off values).
 """
@@ -92,17 +93,29 @@ class TakeAttrs:
     Case(shapes=((5, 3), (2, 4)), ints=((1, 5),)),
     Case(shapes=((5, 3), (4,)), ints=((1, 8),)),                    # indices past the end are clipped
     Case(shapes=((2, 6, 3), (4,)), attrs={"axis": 1}, ints=((1, 6),)),
+    Case(shapes=((5, 3), (2, 6)), attrs={"mode": "wrap"}, ints=((1, 12),), negative=(1,)),
+    Case(shapes=((2, 3, 4), (5,)), attrs={"axis": -1, "mode": "wrap"}, ints=((1, 9),), negative=(1,)),
 ])
 def take(a: TensorVar, indices: TensorVar, attrs: TakeAttrs) -> Callable:
-    """out[i..., j..., k...] = a[i..., indices[j...], k...]  (``axis`` of a replaced by the indices' dims)."""
-    if attrs.mode == "wrap":
-        raise TDLError("take: mode 'wrap' (indices modulo the extent) is not describable; use 'clip'")
+    """out[i..., j..., k...] = a[i..., indices[j...], k...]  (``axis`` of a replaced by the indices' dims; mode
+    'wrap' reads index i at i mod n, n the axis's extent)."""
+    if attrs.mode not in ("clip", "wrap"):
+        raise TDLError(f"take: mode '{attrs.mode}' is not one of MXNet's 'clip', 'wrap'")
     axis = attrs.axis % a.ndim
     n = indices.ndim
 
     def out(*o: Var) -> ValueExpr:
-        return a[(*o[:axis], indices[o[axis:axis + n]], *o[axis + n:])]
+        i = indices[o[axis:axis + n]]
+        return a[(*o[:axis], _wrap(i, a.shape[axis]) if attrs.mode == "wrap" else i, *o[axis + n:])]
     return out
+
+
+def _wrap(i: ValueExpr, n: int) -> ValueExpr:
+    """Index ``i`` taken modulo ``n`` into [0, n - 1], as MXNet's 'wrap' mode does: truncated to an integer
+    first, then C's remainder, a negative one moved up by n."""
+    t = trunc(i)
+    r = t - trunc(t / n) * n
+    return where(lt(r, 0.0), r + n, r)
 
 
 @dataclass(frozen=True)
@@ -116,17 +129,21 @@ class PickAttrs:
     Case(shapes=((3, 4), (3,)), ints=((1, 4),)),
     Case(shapes=((2, 3, 4), (2, 4)), attrs={"axis": 1, "keepdims": True}, ints=((1, 3),)),
     Case(shapes=((4, 3), (3,)), attrs={"axis": 0}, ints=((1, 4),)),
+    Case(shapes=((8, 4), (8,)), attrs={"mode": "wrap"}, ints=((1, 15),), negative=(1,)),
 ])
 def pick(data: TensorVar, index: TensorVar, attrs: PickAttrs) -> Callable:
-    """out[i..., k...] = data[i..., index[i..., k...], k...]  (``axis`` removed, or kept with extent 1)."""
-    if attrs.axis is None or attrs.mode == "wrap":
-        raise TDLError("pick: only a given axis and mode 'clip' are describable")
+    """out[i..., k...] = data[i..., index[i..., k...], k...]  (``axis`` removed, or kept with extent 1; mode
+    'wrap' reads index i at i mod n, n the axis's extent)."""
+    if attrs.axis is None:
+        raise TDLError("pick: only a given axis is describable (axis None picks from the flattened data)")
+    if attrs.mode not in ("clip", "wrap"):
+        raise TDLError(f"pick: mode '{attrs.mode}' is not one of MXNet's 'clip', 'wrap'")
     axis = attrs.axis % data.ndim
 
     def out(*o: Var) -> ValueExpr:
         rest = (*o[:axis], *o[axis + 1:]) if attrs.keepdims else o
         at = index[_with(rest, axis, 0) if index.ndim == data.ndim else rest]
-        return data[_with(rest, axis, at)]
+        return data[_with(rest, axis, _wrap(at, data.shape[axis]) if attrs.mode == "wrap" else at)]
     return out
 
 
