@@ -28,6 +28,13 @@ LOSS_OPS = frozenset({"SoftmaxOutput", "MakeLoss", "make_loss", "LinearRegressio
                       "MAERegressionOutput", "SVMOutput"})
 """Operators whose backward injects the loss gradient (it ignores the gradient arriving at their output)."""
 
+IGNORED_OUTPUT_GRADIENTS = {"BatchNorm": frozenset({1, 2}), "LayerNorm": frozenset({1, 2}),
+                            "GroupNorm": frozenset({1, 2})}
+"""Outputs whose gradient their op's backward ignores: the statistics that ``output_mean_var`` shows (mean, and
+the inverse or plain standard deviation). MXNet 1.9.1's FGradient of these ops reads the gradient of output 0
+alone, so a graph that reads a statistic trains as if it were under BlockGrad
+(tests/runtime/test_statistics_outputs.py)."""
+
 
 class Role(enum.Enum):
     DATA = "data"            # a model input fed by the user (images, token ids)
@@ -113,11 +120,13 @@ class Graph:
         """Ids of the tensors that get a gradient in training: parameters, and outputs of ops reading one that
         does (not data, labels, auxiliary states, nor what is computed from them alone, e.g. a label reshaped
         or an RNN's zero begin state; nor the outputs of loss ops, whose backward ignores their gradient, so
-        MXNet never computes it)."""
+        MXNet never computes it; nor, for the same reason, a normalization's statistics outputs,
+        :data:`IGNORED_OUTPUT_GRADIENTS`)."""
         found = {t.id for t in self.tensors if t.role is Role.PARAM}
         for node in self.nodes:
             if node.op not in LOSS_OPS and any(t in found for t in node.inputs):
-                found.update(node.outputs)
+                ignored = IGNORED_OUTPUT_GRADIENTS.get(node.op, ())
+                found.update(t for o, t in enumerate(node.outputs) if o not in ignored)
         return frozenset(found)
 
     def node(self, node_id: int) -> Node:
