@@ -412,7 +412,7 @@ def _top(k: int, ascend: bool, ret_typ: str = "value") -> Callable[[np.ndarray],
     return fn
 
 
-@tdl_op("topk", inputs=("data",), attrs=TopkAttrs, cases=[
+@tdl_op("topk", inputs=("data",), outputs=("output", "indices"), attrs=TopkAttrs, cases=[
     Case(shapes=((3, 5),), attrs={"k": 2, "ret_typ": "value"}),
     Case(shapes=((2, 4, 3),), attrs={"axis": 1, "k": 3, "ret_typ": "value"}),
     Case(shapes=((2, 3, 4),), attrs={"axis": 0, "k": 0, "ret_typ": "value", "is_ascend": True}),
@@ -420,16 +420,23 @@ def _top(k: int, ascend: bool, ret_typ: str = "value") -> Callable[[np.ndarray],
     Case(shapes=((2, 4, 3),), attrs={"axis": 1, "k": 3, "ret_typ": "mask", "is_ascend": True}),
     Case(shapes=((3, 5),), attrs={"k": 2}),
     Case(shapes=((4, 3, 2),), attrs={"axis": 0, "k": 3, "ret_typ": "indices", "is_ascend": True}),
+    Case(shapes=((3, 5),), attrs={"k": 2, "ret_typ": "both"}),
+    Case(shapes=((2, 4, 3),), attrs={"axis": 1, "k": 3, "ret_typ": "both", "is_ascend": True}),
 ])
 def topk(data: TensorVar, attrs: TopkAttrs) -> Callable:
     """out[..., j, ...] = the j-th largest (is_ascend: smallest) of data[..., :, ...] along ``axis`` (k < 1:
     every element), ret_typ 'value'; its position on the axis, 'indices' (the default); 'mask': out has data's
-    shape, 1 at the k largest of each line and 0 elsewhere. MXNet gives data a gradient through 'value' only
-    (:func:`tofu.graph.gradients.gives_gradient` reads ret_typ); 'both' (two outputs) is not described."""
-    if attrs.ret_typ not in ("value", "indices", "mask"):
-        raise TDLError(f"topk: ret_typ '{attrs.ret_typ}' is not described (value, indices or mask)")
+    shape, 1 at the k largest of each line and 0 elsewhere; 'both': two outputs, the values and their
+    positions. MXNet gives data a gradient through the values only (:func:`tofu.graph.gradients.gives_gradient`
+    reads ret_typ; the positions' gradient, with 'both', is ignored: tofu.graph.ir.IGNORED_OUTPUT_GRADIENTS)."""
+    if attrs.ret_typ not in ("value", "indices", "mask", "both"):
+        raise TDLError(f"topk: ret_typ '{attrs.ret_typ}' is not one of value, indices, mask, both")
     if attrs.axis is None:
         raise TDLError("topk: axis None (the flattened tensor) is not described")
     n = data.shape[attrs.axis % data.ndim]
     k = attrs.k if 1 <= attrs.k <= n else n
-    return _along(data, SortAttrs(attrs.axis), Opaque("topk", _top(k, attrs.is_ascend, attrs.ret_typ)))
+    along = SortAttrs(attrs.axis)
+    if attrs.ret_typ == "both":
+        return (_along(data, along, Opaque("topk", _top(k, attrs.is_ascend, "value"))),
+                _along(data, along, Opaque("topk_indices", _top(k, attrs.is_ascend, "indices"))))
+    return _along(data, along, Opaque("topk", _top(k, attrs.is_ascend, attrs.ret_typ)))

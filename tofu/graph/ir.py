@@ -29,10 +29,11 @@ LOSS_OPS = frozenset({"SoftmaxOutput", "MakeLoss", "make_loss", "LinearRegressio
 """Operators whose backward injects the loss gradient (it ignores the gradient arriving at their output)."""
 
 IGNORED_OUTPUT_GRADIENTS = {"BatchNorm": frozenset({1, 2}), "LayerNorm": frozenset({1, 2}),
-                            "GroupNorm": frozenset({1, 2})}
+                            "GroupNorm": frozenset({1, 2}), "topk": frozenset({1})}
 """Outputs whose gradient their op's backward ignores: the statistics that ``output_mean_var`` shows (mean, and
-the inverse or plain standard deviation). MXNet 1.9.1's FGradient of these ops reads the gradient of output 0
-alone, so a graph that reads a statistic trains as if it were under BlockGrad
+the inverse or plain standard deviation), topk's positions beside its values (``ret_typ='both'``). MXNet 1.9.1's
+FGradient of these ops reads the gradient of output 0 alone, so a graph that reads them trains as if they were
+under BlockGrad
 (tests/runtime/test_statistics_outputs.py)."""
 
 
