@@ -143,9 +143,7 @@ def batch_norm_exchange(pieces, shapes, attrs: BatchNormAttrs, allreduce):
         zero = [mx.sym.var(f"_bn_affine{n}_{s}", init=mx.init.Zero()) for s in ("mean", "var")]
         y = mx.sym.BatchNorm(p[0], a, p[2] - m * a, *zero, eps=1.0, axis=axis, fix_gamma=False,
                              use_global_stats=True)
-        # MXNet's BatchNorm gives no gradient through its mean and inverse std outputs (its backward reads
-        # the output's alone): neither do their pieces here
-        outs.append([y, fixed(m), fixed(inv_std)])
+        outs.append([y, m, inv_std])    # the last two given under BlockGrad, as the kernel (registry.Expansion)
     return outs
 
 
@@ -193,7 +191,7 @@ def layer_norm_exchange(pieces, shapes, attrs: LayerNormAttrs, allreduce):
         std = mx.sym.sqrt(sq / total + attrs.eps)
         y = mx.sym.broadcast_add(mx.sym.broadcast_mul(mx.sym.broadcast_div(mx.sym.broadcast_sub(p[0], m), std),
                                                       as_b(p[1])), as_b(p[2]))
-        outs.append([y, mx.sym.BlockGrad(m), mx.sym.BlockGrad(std)])      # as MXNet's: no gradient through them
+        outs.append([y, m, std])        # the last two given under BlockGrad, as the kernel (registry.Expansion)
     return outs
 
 
@@ -297,7 +295,7 @@ def _grouped_exchange(pieces, shapes, groups_of, eps: float, affine_per_group: b
             y = mx.sym.broadcast_add(mx.sym.broadcast_mul(mx.sym.reshape(normed, shape=s[0]),
                                                           mx.sym.reshape(p[1], shape=per_channel)),
                                      mx.sym.reshape(p[2], shape=per_channel))
-        outs.append([y, mx.sym.BlockGrad(m), mx.sym.BlockGrad(std)])      # as MXNet's: no gradient through them
+        outs.append([y, m, std])        # the last two given under BlockGrad, as the kernel (registry.Expansion)
     return outs
 
 

@@ -30,11 +30,15 @@ class Expansion:
     symbol (``tofu.graph.gradients.statistics_gradients``). ``refuses``: ``(attrs, input_shapes) -> reason or
     None``, the cases it cannot run.
     ``partials``: it also runs a partition-n-reduce whose shards MXNet's kernel cannot (Embedding split along its
-    table's rows), each worker's partial output from its pieces and their origins, nothing exchanged."""
+    table's rows), each worker's partial output from its pieces and their origins, nothing exchanged.
+    The outputs whose gradient MXNet's kernel ignores (``tofu.graph.ir.IGNORED_OUTPUT_GRADIENTS`` of ``op``: a
+    normalization's statistics) are given under BlockGrad, whatever the function builds: the expansion differentiates
+    as the kernel does."""
 
     run: Callable
     refuses: Callable | None = None
     partials: bool = False
+    op: str = ""
 
     @cached_property
     def reads_origins(self) -> bool:
@@ -44,8 +48,15 @@ class Expansion:
         if self.reads_origins:
             if origins is None:
                 raise TypeError(f"{self.run.__name__}: needs the origins of the workers' pieces")
-            return self.run(pieces, shapes, attrs, allreduce, origins=origins)
-        return self.run(pieces, shapes, attrs, allreduce)
+            outs = self.run(pieces, shapes, attrs, allreduce, origins=origins)
+        else:
+            outs = self.run(pieces, shapes, attrs, allreduce)
+        from tofu.graph.ir import IGNORED_OUTPUT_GRADIENTS
+        ignored = IGNORED_OUTPUT_GRADIENTS.get(self.op, ())
+        if not ignored:
+            return outs
+        import mxnet as mx
+        return [[mx.sym.BlockGrad(o) if i in ignored else o for i, o in enumerate(out)] for out in outs]
 
     def runs(self, attrs, input_shapes) -> bool:
         """Whether it runs the op with typed ``attrs`` on inputs of ``input_shapes`` (the whole op's)."""

@@ -33,8 +33,7 @@ IGNORED_OUTPUT_GRADIENTS = {"BatchNorm": frozenset({1, 2}), "LayerNorm": frozens
 """Outputs whose gradient their op's backward ignores: the statistics that ``output_mean_var`` shows (mean, and
 the inverse or plain standard deviation), topk's positions beside its values (``ret_typ='both'``). MXNet 1.9.1's
 FGradient of these ops reads the gradient of output 0 alone, so a graph that reads them trains as if they were
-under BlockGrad
-(tests/runtime/test_statistics_outputs.py)."""
+under BlockGrad (tests/runtime/test_statistics_outputs.py); an op's expansion gives them so (tofu.registry)."""
 
 
 class Role(enum.Enum):
@@ -121,8 +120,8 @@ class Graph:
         """Ids of the tensors that get a gradient in training: parameters, and outputs of ops reading one that
         does (not data, labels, auxiliary states, nor what is computed from them alone, e.g. a label reshaped
         or an RNN's zero begin state; nor the outputs of loss ops, whose backward ignores their gradient, so
-        MXNet never computes it; nor, for the same reason, a normalization's statistics outputs,
-        :data:`IGNORED_OUTPUT_GRADIENTS`)."""
+        MXNet never computes it; nor, for the same reason, the outputs of :data:`IGNORED_OUTPUT_GRADIENTS`, a
+        normalization's statistics)."""
         found = {t.id for t in self.tensors if t.role is Role.PARAM}
         for node in self.nodes:
             if node.op not in LOSS_OPS and any(t in found for t in node.inputs):

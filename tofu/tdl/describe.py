@@ -395,7 +395,7 @@ def tdl_expansion(op: str, refuses: Callable | None = None, partials: bool = Fal
             row): each worker's partial output from its pieces and ``origins`` (which it must then declare).
     """
     def decorate(fn: Callable) -> Callable:
-        expansion = registry.Expansion(fn, refuses, partials)
+        expansion = registry.Expansion(fn, refuses, partials, op)
         if partials and not expansion.reads_origins:
             raise TDLError(f"{op}: an expansion with partials=True needs the origins of the pieces (declare a "
                            f"keyword parameter 'origins')")
