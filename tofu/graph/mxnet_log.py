@@ -3,12 +3,13 @@
 MXNet's C++ side writes lines such as ``[hh:mm:ss] ../src/nnvm/legacy_json_util.cc:208: Loading symbol saved by
 previous version`` (a symbol file without ``mxnet_version``, upgraded as it loads) or ``MXNET_SUBGRAPH_BACKEND=NONE
 is detected`` (every bind) straight to file descriptor 2: :func:`quiet` holds them back, and passes on every other
-line written to stderr meanwhile.
+line written to stderr meanwhile. (A crash inside MXNet while it holds stderr would die unseen: the runtime, which
+binds and runs, enables Python's fault handler on a copy of the real stderr, tofu.runtime.train; the graph's
+probes, which crash on purpose and report it in one line, do not.)
 """
 from __future__ import annotations
 
 import contextlib
-import faulthandler
 import os
 import re
 import sys
@@ -17,12 +18,6 @@ import tempfile
 import mxnet as mx
 
 _MXNET_LOG = re.compile(r"^\[\d\d:\d\d:\d\d\] \.\./(src|include)/")
-
-# A crash inside MXNet (a segfault in a kernel or a bind) while quiet() holds stderr would die unseen: Python's
-# fault handler writes to a copy of the real stderr, says which signal killed the process, then passes the signal
-# on to MXNet's own handler (whose message goes wherever stderr points then)
-_CRASH_LOG = os.fdopen(os.dup(2), "w")
-faulthandler.enable(file=_CRASH_LOG)
 
 
 @contextlib.contextmanager

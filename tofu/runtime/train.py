@@ -13,8 +13,10 @@ is detected`` at every bind) are kept from the terminal (:func:`tofu.graph.mxnet
 """
 from __future__ import annotations
 
+import faulthandler
 import functools
 import json
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -30,6 +32,13 @@ from tofu.graph.mxnet_log import quiet
 from tofu.graph.single_op import first_line
 from tofu.rewrite.apply_plan import HeadPiece, PartitionedGraph, ShardVar, gather_values, shard_values
 from tofu.runtime.replicas import Exchange, Shard, replicate
+
+# A crash inside MXNet (a segfault in a kernel or a bind) while quiet() holds stderr would die unseen: Python's
+# fault handler writes to a copy of the real stderr, says which signal killed the process, then passes the signal
+# on to MXNet's own handler (whose message goes wherever stderr points then)
+_CRASH_LOG = os.fdopen(os.dup(2), "w")
+faulthandler.enable(file=_CRASH_LOG)
+
 
 def contexts(workers: int, kind: str = "cpu") -> list[mx.Context]:
     return [mx.gpu(i) if kind == "gpu" else mx.cpu(i) for i in range(workers)]
