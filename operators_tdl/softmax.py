@@ -201,25 +201,41 @@ class SoftmaxOutputAttrs:
     Case(shapes=((4, 5), (4,)), attrs={"normalization": "batch"}, ints=((1, 5),)),
     Case(shapes=((2, 3, 4), (2, 4)), attrs={"multi_output": True, "normalization": "valid", "use_ignore": True},
          ints=((1, 3),)),
+    # the three label shapes MXNet accepts for 4-D data: (n, h*w) (its default), (n, h, w), (n, 1, h, w)
+    Case(shapes=((2, 3, 2, 3), (2, 6)), attrs={"multi_output": True}, ints=((1, 3),)),
+    Case(shapes=((2, 3, 2, 3), (2, 2, 3)), attrs={"multi_output": True}, ints=((1, 3),)),
+    Case(shapes=((2, 3, 2, 3), (2, 1, 2, 3)), attrs={"multi_output": True}, ints=((1, 3),)),
+    Case(shapes=((2, 3, 2, 3), (2, 6)), attrs={"multi_output": True, "normalization": "valid", "use_ignore": True},
+         ints=((1, 3),)),
 ])
 def softmax_output(data: TensorVar, label: TensorVar, attrs: SoftmaxOutputAttrs) -> Callable:
     """Forward: softmax of data (n, c, ...) over c (multi_output), over the last axis (preserve_shape), else
     over all axes but the first (MXNet flattens to (n, -1)). The label (data's shape without the softmax axis;
-    n alone in the 2-D case) is read by the gradient only: declared with ``uses``, its values class indices.
+    n alone in the 2-D case; under multi_output also (n, d1 ... dm) flattened, MXNet's default for data of rank 4
+    and more, or (n, 1, d1, ..., dm)) is read by the gradient only: declared with ``uses``, its values class indices.
 
     Normalization 'batch' or 'valid': MXNet's backward divides the gradient by the batch, or by the labels not
     ignored in the whole tensor, a count every shard would take from its own piece (a batch split in two: twice
     the gradient). The description then reads data whole, through an opaque softmax: no dimension splits, and
-    the op is computed whole (on the first worker, the loss read once)."""
+    the op is computed whole (on the first worker, the loss read once). Under multi_output with 'null', MXNet's
+    backward divides by the sample's extent d1 x ... x dm (a split of d1 in two: twice the gradient), so each
+    sample is read whole: the batch alone splits."""
     if attrs.multi_output:
-        axes, label_dims = [1], lambda i: (i[0], *i[2:])
+        axes, label_dims = [1], _multi_output_label(data.shape, label.ndim)
     elif attrs.preserve_shape:
         axes, label_dims = [data.ndim - 1], lambda i: i[:-1]
     else:
         axes, label_dims = range(1, data.ndim), lambda i: i[:max(1, data.ndim - 1)]
     classes = math.prod(data.shape[a] for a in axes)
-    if attrs.normalization == "null":
+    spatial = math.prod(data.shape[2:]) if attrs.multi_output else 1
+    if attrs.normalization == "null" and spatial == 1:
         out = _softmax(data, axes)
+    elif attrs.normalization == "null":       # each sample read whole: its gradient is divided by its extent
+        per_sample = Opaque("SoftmaxOutput", lambda a: _numpy_softmax(a, [a.ndim - data.ndim + 1]))
+        rest = (slice(None),) * (data.ndim - 1)
+
+        def out(*i):
+            return per_sample(data[(i[0], *rest)])[i[1:]]
     else:
         whole = Opaque("SoftmaxOutput", lambda a: _numpy_softmax(a, [a.ndim - data.ndim + x for x in axes]))
         every = (slice(None),) * data.ndim
@@ -227,6 +243,25 @@ def softmax_output(data: TensorVar, label: TensorVar, attrs: SoftmaxOutputAttrs)
         def out(*i):
             return whole(data[every])[i]
     return lambda *i: uses(out(*i), label.at(label_dims(i), valid=(0, classes - 1)))
+
+
+def _multi_output_label(shape: Sequence[int], rank: int) -> Callable:
+    """The label's index of data element i under multi_output, for the three label shapes MXNet's shape
+    inference accepts for data (n, c, d1, ...): (n, d1 ... dm) flattened, its default; (n, d1, ..., dm); and
+    (n, 1, d1, ..., dm)."""
+    ndim, rest = len(shape), tuple(shape[2:])
+    if rank == ndim - 1:
+        return lambda i: (i[0], *i[2:])
+    if rank == ndim:
+        return lambda i: (i[0], 0, *i[2:])
+    if rank == 2:
+        def flat(i):
+            f = 0
+            for v, n in zip(i[2:], rest):
+                f = f * n + v
+            return (i[0], f)
+        return flat
+    raise TDLError(f"SoftmaxOutput: a label of rank {rank} for multi_output data of shape {tuple(shape)}")
 
 
 def _numpy_softmax(a: np.ndarray, axes: Sequence[int]) -> np.ndarray:

@@ -83,11 +83,12 @@ def test_vocabulary_split_matches_mxnet(attrs, shapes, k):
     np.testing.assert_allclose(dx, expected_grad, rtol=1e-5, atol=1e-6)
 
 
-# (normalization 'batch' or 'valid' has no split at all: tests/operators/test_normalized_losses.py)
+# (normalization 'batch' or 'valid' has no split at all, nor multi_output's spatial axes, whose extent MXNet's
+# backward divides by: tests/operators/test_normalized_losses.py; with extent 1 its class axis splits)
 @pytest.mark.parametrize("attrs, shapes", [
     ({"use_ignore": True, "ignore_label": 0}, [(4, 8), (4,)]),
     ({"smooth_alpha": 0.1}, [(4, 8), (4,)]),
-    ({"multi_output": True}, [(2, 8, 3), (2, 3)]),
+    ({"multi_output": True}, [(2, 8, 1), (2, 1)]),
 ], ids=str)
 def test_what_the_expansion_cannot_run_stays_unrunnable(attrs, shapes):
     attrs = Attrs.of(**attrs)
