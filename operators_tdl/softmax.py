@@ -219,7 +219,9 @@ def softmax_output(data: TensorVar, label: TensorVar, attrs: SoftmaxOutputAttrs)
     the gradient). The description then reads data whole, through an opaque softmax: no dimension splits, and
     the op is computed whole (on the first worker, the loss read once). Under multi_output with 'null', MXNet's
     backward divides by the sample's extent d1 x ... x dm (a split of d1 in two: twice the gradient), so each
-    sample is read whole: the batch alone splits."""
+    sample is read whole: the batch alone splits. Data of rank 3 or more without either flag is flattened to
+    (n, -1), and MXNet's backward reads the label (n, d1, ...) as its first n values in memory (sample r's class
+    is label.flat[r], not label[r, 0]): a worker's piece of the label starts elsewhere, so nothing splits."""
     if attrs.multi_output:
         axes, label_dims = [1], _multi_output_label(data.shape, label.ndim)
     elif attrs.preserve_shape:
@@ -228,9 +230,10 @@ def softmax_output(data: TensorVar, label: TensorVar, attrs: SoftmaxOutputAttrs)
         axes, label_dims = range(1, data.ndim), lambda i: i[:max(1, data.ndim - 1)]
     classes = math.prod(data.shape[a] for a in axes)
     spatial = math.prod(data.shape[2:]) if attrs.multi_output else 1
-    if attrs.normalization == "null" and spatial == 1:
+    flattened = not attrs.multi_output and not attrs.preserve_shape and data.ndim > 2
+    if attrs.normalization == "null" and spatial == 1 and not flattened:
         out = _softmax(data, axes)
-    elif attrs.normalization == "null":       # each sample read whole: its gradient is divided by its extent
+    elif attrs.normalization == "null" and not flattened:   # each sample read whole: its gradient is divided by its extent
         per_sample = Opaque("SoftmaxOutput", lambda a: _numpy_softmax(a, [a.ndim - data.ndim + 1]))
         rest = (slice(None),) * (data.ndim - 1)
 
