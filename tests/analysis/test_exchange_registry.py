@@ -12,6 +12,7 @@ from tofu.analysis.strategies import Region, Replicate, strategies
 from tofu.graph.single_op import infer_op_shapes, op_symbol
 from tofu.tdl.describe import describe, typed_attrs
 
+from tests.analysis.test_strategies import _strategy
 from tests.operators.test_conformance import random_inputs
 
 SPECS = registry.load_builtin_operators()
@@ -63,9 +64,7 @@ def _run(sym, values, heads, aux_names):
 @pytest.mark.parametrize("op,i,k,j", STRATEGIES, ids=[f"{op}-{i}-k{k}-{j}" for op, i, k, j in STRATEGIES])
 def test_the_expansion_equals_mxnet_s_kernel(op, i, k, j):
     case = SPECS[op].cases[i]
-    attrs = case.parsed_attrs()
-    desc = describe(op, attrs, case.shapes, infer_op_shapes(op, attrs, case.shapes))
-    s = strategies(desc, k)[j]
+    attrs, desc, s = _strategy(op, case, k, j)
     inputs = [np.asarray(x, dtype=np.float32) for x in random_inputs(case, seed=4)]
     rng = np.random.default_rng(5)
     out_shapes = [o.shape for o in desc.outputs]

@@ -29,6 +29,7 @@ from tofu.graph.ir import LOSS_OPS
 from tofu.graph.single_op import infer_op_shapes, op_symbol
 from tofu.tdl.describe import describe
 
+from tests.analysis.test_strategies import _strategy
 from tests.operators.native_kernels import native_bug
 from tests.operators.test_conformance import random_inputs, run_op
 
@@ -133,9 +134,7 @@ def test_the_strategies_checked_are_many():
 @pytest.mark.parametrize("op,i,k,j", STRATEGIES, ids=[f"{op}-{i}-k{k}-{j}" for op, i, k, j in STRATEGIES])
 def test_kernel_shards_backward_sums_to_mxnet_s(op, i, k, j):
     case = SPECS[op].cases[i]
-    attrs = case.parsed_attrs()
-    desc = describe(op, attrs, case.shapes, infer_op_shapes(op, attrs, case.shapes))
-    s = strategies(desc, k)[j]
+    attrs, desc, s = _strategy(op, case, k, j)
     try:
         calls = [shard_call(op, attrs, s, w, desc) for w in range(k)]
     except AnalysisError:
