@@ -114,6 +114,25 @@ def test_a_symbol_file_without_its_version_loads_without_mxnets_log(tmp_path):
     assert "previous version" not in done.stderr and "../src/" not in done.stderr, done.stderr
 
 
+def test_a_symbol_file_of_mxnet_0_8_with_its_parameters_under_param_loads(tmp_path):
+    """MXNet 0.8 wrote an operator's parameters under 'param' (its loader upgrades them into 'attrs'): the file was
+    refused ("MXNet rejects operator 'FullyConnected' with {}"), since the check before loading read 'attrs' and
+    'attr' only; it now reads as the file MXNet writes today, shapes and attributes alike."""
+    import json
+
+    model = build_model("mlp", ModelOptions(batch=2))
+    doc = json.loads(model.symbol.tojson())
+    del doc["attrs"]
+    for node in doc["nodes"]:
+        if "attrs" in node:
+            node["param"] = node.pop("attrs")
+    path = tmp_path / "v08.json"
+    path.write_text(json.dumps(doc))
+    g, today = import_symbol(load_symbol_file(path), model.shapes()), import_symbol(model.symbol, model.shapes())
+    assert [(t.name, t.shape) for t in g.tensors] == [(t.name, t.shape) for t in today.tensors]
+    assert [(n.op, dict(n.attrs)) for n in g.nodes] == [(n.op, dict(n.attrs)) for n in today.nodes]
+
+
 @pytest.mark.parametrize("text,message", [
     ("{not json", "not valid JSON"),
     ('{"a": 1}', "not an MXNet symbol file"),

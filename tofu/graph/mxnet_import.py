@@ -81,8 +81,13 @@ def _check_document(doc: dict, path: str) -> None:
             name = f" ('{jn['name']}')" if isinstance(jn, dict) and isinstance(jn.get("name"), str) else ""
             raise GraphImportError(f"'{path}': node {j}{name} is not an object with a string 'op' and 'name' "
                                    "and a list of 'inputs'")
-        raw = jn.get("attrs", jn.get("attr", {})) or {}
-        if not (isinstance(raw, dict) and all(isinstance(v, str) for v in raw.values())):
+        # MXNet 0.8 wrote an operator's parameters under 'param' and other attributes under 'attr'; its loader
+        # upgrades both into 'attrs'
+        parts = [jn.get(key) or {} for key in ("param", "attr", "attrs")]
+        if not all(isinstance(part, dict) for part in parts):
+            raise GraphImportError(f"'{path}': node '{jn['name']}' has attributes that are not strings")
+        raw = {k: v for part in parts for k, v in part.items()}
+        if not all(isinstance(v, str) for v in raw.values()):
             raise GraphImportError(f"'{path}': node '{jn['name']}' has attributes that are not strings")
         for entry in jn.get("inputs", []):
             _check_entry(entry, j, outputs, names, f"node '{jn['name']}'", path)
