@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tofu.errors import InputShapeError
 from tofu.graph import Graph, Shape, import_symbol, load_symbol_file
+from tofu.graph.mxnet_import import declared_shapes
 from tofu.graph.ir import LOSS_OPS
 from tofu.models import ModelOptions, build_model
 
@@ -25,9 +26,11 @@ def load_graph(model: str, options: ModelOptions = ModelOptions(),
         InputShapeError, GraphImportError: the file or its shapes are unusable.
     """
     if model.endswith(".json") or Path(model).is_file():
-        if not shapes:
-            raise InputShapeError(f"'{model}' is a symbol file: give its input shapes with --shape NAME=D1,D2,...")
         symbol = load_symbol_file(model)
+        shapes = shapes or declared_shapes(symbol)      # given, or as its variables declare them
+        if not shapes:
+            raise InputShapeError(f"'{model}' is a symbol file whose inputs declare no full shape: give them "
+                                  f"with --shape NAME=D1,D2,...")
         graph = import_symbol(symbol, shapes, name=Path(model).stem)    # shapes inferred in a safe probe
         if with_loss and (lossy := _with_loss(symbol, graph, shapes)) is not None:
             graph = import_symbol(*lossy, name=Path(model).stem)

@@ -1,4 +1,6 @@
 """Graph import: the IR agrees with MXNet's own shape inference entry by entry, for every zoo model."""
+import json
+
 import mxnet as mx
 import numpy as np
 import pytest
@@ -193,6 +195,37 @@ def test_a_declared_input_type_is_kept():
     got = {t.name: t.dtype for t in g.tensors if t.name in expected}
     assert got["valid"] == got["length_output"] == "int32" and got["data"] == "float32"
     assert got == {n: expected[n] for n in got}
+
+
+def test_shapes_the_variables_declare_are_the_default(tmp_path, capsys):
+    """``mx.sym.var("data", shape=(8, 6))`` declares the input's shape, which MXNet's own binding uses: `tofu run`
+    asked for --shape anyway. Now the declared shapes are the default (--shape still given wins); a partial one
+    (a 0 left to inference) or none at all asks for --shape, and a malformed one is a one-line error."""
+    from tofu import cli
+    from tofu.api import load_graph
+    from tofu.graph.mxnet_import import declared_shapes
+
+    s = mx.sym
+    fc = s.FullyConnected(s.var("data", shape=(8, 6)), num_hidden=4, name="fc")
+    s.SoftmaxOutput(fc, s.var("softmax_label"), name="softmax").save(str(tmp_path / "declared.json"))
+    fc = s.FullyConnected(s.var("data", shape=(0, 6)), num_hidden=4, name="fc")
+    s.SoftmaxOutput(fc, s.var("softmax_label"), name="softmax").save(str(tmp_path / "partial.json"))
+    assert declared_shapes(mx.sym.load(str(tmp_path / "declared.json"))) == {"data": (8, 6)}
+    assert declared_shapes(mx.sym.load(str(tmp_path / "partial.json"))) == {}
+    g = load_graph(str(tmp_path / "declared.json"))
+    assert {t.name: t.shape for t in g.tensors}["softmax_label"] == (8,)
+    assert {t.name: t.shape for t in load_graph(str(tmp_path / "declared.json"), shapes={"data": (4, 6)}).tensors
+            }["data"] == (4, 6)
+    assert cli.main(["run", str(tmp_path / "declared.json"), "--workers", "2", "--steps", "2", "--check"]) == 0
+    assert ": passed (rtol" in capsys.readouterr().out
+    assert cli.main(["plan", str(tmp_path / "partial.json"), "--workers", "2"]) == 2
+    assert "declare no full shape: give them with --shape" in capsys.readouterr().err
+    doc = json.loads((tmp_path / "declared.json").read_text())
+    doc["nodes"][0]["attrs"]["__shape__"] = "(8, six)"
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    assert cli.main(["plan", str(tmp_path / "bad.json"), "--workers", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "variable 'data' declares the shape '(8, six)'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_loss_reads_its_label_from_an_input_not_a_parameter():

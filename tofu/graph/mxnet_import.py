@@ -133,6 +133,29 @@ def parse_shape(text: str) -> tuple[str, Shape]:
     return name, shape
 
 
+def declared_shapes(symbol: mx.sym.Symbol) -> dict[str, Shape]:
+    """The shapes a symbol's input variables declare in full (``mx.sym.var(name, shape=(8, 6))`` writes
+    ``__shape__``; a declared 0, an extent left to inference, is not in full), which MXNet's own binding uses.
+
+    Raises:
+        InputShapeError: a declared shape that is not a tuple of integers, or one past MXNet's extents.
+    """
+    out = {}
+    attrs = symbol.attr_dict()
+    for name in symbol.list_inputs():
+        text = attrs.get(name, {}).get("__shape__")
+        if text is None:
+            continue
+        dims = re.fullmatch(r"\s*[\[(]?\s*((?:-?\d+\s*,?\s*)*)[\])]?\s*", text)
+        shape = tuple(int(d) for d in re.findall(r"-?\d+", dims.group(1))) if dims else None
+        if not shape or min(shape) < 0:
+            raise InputShapeError(f"variable '{name}' declares the shape {text!r}: not a tuple of extents")
+        if 0 not in shape:
+            _check_extents(name, shape)
+            out[name] = shape
+    return out
+
+
 MAX_EXTENT = 2**31 - 1
 """MXNet 1.9.1 (built without USE_INT64_TENSOR_SIZE) indexes tensors with 32-bit integers."""
 
