@@ -337,10 +337,16 @@ class SoftmaxActivationAttrs:
 ])
 def softmax_activation(data: TensorVar, attrs: SoftmaxActivationAttrs) -> Callable:
     """Softmax over the last axis (mode instance; MXNet 1.9 does not flatten N-d input) or over axis 1 of
-    (n, c, ...) (mode channel)."""
+    (n, c, ...) (mode channel). In mode instance on data of rank 3 or more, axis 1 is declared read whole
+    (``uses``): MXNet's backward reduces over it, not over the last axis."""
     if attrs.mode not in ("instance", "channel"):
         raise TDLError(f"SoftmaxActivation: unknown mode '{attrs.mode}'")
-    return _softmax(data, [1] if attrs.mode == "channel" else [-1])
+    out = _softmax(data, [1] if attrs.mode == "channel" else [-1])
+    if attrs.mode == "channel" or data.ndim <= 2:
+        return out
+    # MXNet's backward sums over axis 1 (softmax_activation_exchange): a shard of axis 1 would sum over its own
+    # rows only, so the description reads axis 1 whole (a split of it computes every row and keeps its own)
+    return lambda *i: uses(out(*i), data[(i[0], slice(None), *i[2:])])
 
 
 @tdl_expansion("SoftmaxActivation")

@@ -1,6 +1,6 @@
 """Two cuts composed, as the rewriter runs them, over the whole registry: every worker's call of
-:func:`tofu.analysis.compose.compose` for 2 x 2 workers (every strategy at the first cut, then every strategy of
-the first group's view at the second) run by MXNet's kernel gives the unpartitioned output, forward, and the
+:func:`tofu.analysis.compose.compose` for 2 x 2 and 3 x 2 workers (every strategy at the first cut, then every
+strategy of the first group's view at the second) run by MXNet's kernel gives the unpartitioned output, forward, and the
 unpartitioned gradient of every input, backward (tests/rewrite/test_compose.py does this for a convolution,
 forward; tests/analysis/test_strategy_gradients.py one cut of every op).
 
@@ -49,17 +49,19 @@ def _chains():
             if native_bug(op, attrs) or not _float_inputs(case) or (op, i) in {*CRASHES, *NO_GRADIENT, *WRONG_IN_MXNET}:
                 continue
             view = _view(op, case)
-            for a, s1 in enumerate(strategies(view.describe(), 2)):
-                if s1.exchanges or s1.var.endswith("*"):
-                    continue
-                try:
-                    second = strategies(next_view(view, s1, 2).describe(), 2)
-                except TofuError:
-                    continue            # no kernel runs the first cut, or its shard has no description
-                found += [(op, i, a, b) for b, s2 in enumerate(second) if not s2.exchanges]
+            for f1, f2 in FACTORS:
+                for a, s1 in enumerate(strategies(view.describe(), f1)):
+                    if s1.exchanges or s1.var.endswith("*"):
+                        continue
+                    try:
+                        second = strategies(next_view(view, s1, f1).describe(), f2)
+                    except TofuError:
+                        continue            # no kernel runs the first cut, or its shard has no description
+                    found += [(op, i, (f1, f2), a, b) for b, s2 in enumerate(second) if not s2.exchanges]
     return found
 
 
+FACTORS = ((2, 2), (3, 2))
 CHAINS = _chains()
 
 
@@ -93,14 +95,15 @@ def _kept(call, outs):
     return [o * np.float32(call.scale) for o in outs]
 
 
-@pytest.mark.parametrize("op,i,a,b", CHAINS, ids=[f"{op}-{i}-{a}-{b}" for op, i, a, b in CHAINS])
-def test_two_composed_cuts_give_mxnet_s_output_and_gradient(op, i, a, b):
+@pytest.mark.parametrize("op,i,factors,a,b", CHAINS,
+                         ids=[f"{op}-{i}-{f1}x{f2}-{a}-{b}" for op, i, (f1, f2), a, b in CHAINS])
+def test_two_composed_cuts_give_mxnet_s_output_and_gradient(op, i, factors, a, b):
     case = SPECS[op].cases[i]
     view = _view(op, case)
-    s1 = strategies(view.describe(), 2)[a]
-    s2 = strategies(next_view(view, s1, 2).describe(), 2)[b]
+    s1 = strategies(view.describe(), factors[0])[a]
+    s2 = strategies(next_view(view, s1, factors[0]).describe(), factors[1])[b]
     try:
-        calls = compose(view, [OpChoice.of(s1), OpChoice.of(s2)], (2, 2))
+        calls = compose(view, [OpChoice.of(s1), OpChoice.of(s2)], factors)
     except AnalysisError:
         return          # no kernel runs a worker's shard: the search's runnability check keeps it out of plans
     if any(c.expansion for c in calls):
