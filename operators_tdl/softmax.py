@@ -27,9 +27,10 @@ def _reduce(reducer: Callable, n: int, body: Callable[[tuple[Var, ...]], ValueEx
 
 
 def _softmax(x: TensorVar, axes: Sequence[int], temperature: float = 1.0, log_form: bool = False,
-             sign: float = 1.0) -> Callable:
+             sign: float = 1.0, read: Callable | None = None) -> Callable:
     """out[i] = exp((z[i] - m) / T) / s  (or its log), where z = sign * x (sign -1: softmin), and m and s are the
-    max of z and the sum of exponentials over ``axes`` of the row that holds i."""
+    max of z and the sum of exponentials over ``axes`` of the row that holds i; ``read(i)``: how x[i] is read
+    (default the access itself)."""
     axes = sorted(a % x.ndim for a in axes)
     kept = [d for d in range(x.ndim) if d not in axes]
 
@@ -41,7 +42,8 @@ def _softmax(x: TensorVar, axes: Sequence[int], temperature: float = 1.0, log_fo
         return tuple(idx)
 
     def z(i: Sequence) -> ValueExpr:
-        return x[tuple(i)] if sign == 1.0 else sign * x[tuple(i)]
+        value = x[tuple(i)] if read is None else read(tuple(i))
+        return value if sign == 1.0 else sign * value
 
     shape = [x.shape[d] for d in kept]
     m = compute("rowmax", shape, lambda *o: _reduce(Max, len(axes), lambda ks: z(full(o, ks))))
@@ -337,16 +339,17 @@ class SoftmaxActivationAttrs:
 ])
 def softmax_activation(data: TensorVar, attrs: SoftmaxActivationAttrs) -> Callable:
     """Softmax over the last axis (mode instance; MXNet 1.9 does not flatten N-d input) or over axis 1 of
-    (n, c, ...) (mode channel). In mode instance on data of rank 3 or more, axis 1 is declared read whole
-    (``uses``): MXNet's backward reduces over it, not over the last axis."""
+    (n, c, ...) (mode channel). In mode instance on data of rank 3 or more, axis 1 is read whole (through an
+    opaque identity of each column): MXNet's backward reduces over it, not over the last axis, so it never
+    splits."""
     if attrs.mode not in ("instance", "channel"):
         raise TDLError(f"SoftmaxActivation: unknown mode '{attrs.mode}'")
-    out = _softmax(data, [1] if attrs.mode == "channel" else [-1])
     if attrs.mode == "channel" or data.ndim <= 2:
-        return out
+        return _softmax(data, [1] if attrs.mode == "channel" else [-1])
     # MXNet's backward sums over axis 1 (softmax_activation_exchange): a shard of axis 1 would sum over its own
-    # rows only, so the description reads axis 1 whole (a split of it computes every row and keeps its own)
-    return lambda *i: uses(out(*i), data[(i[0], slice(None), *i[2:])])
+    # rows only, so each element is read through an identity of its column along axis 1, which no split cuts
+    column = Opaque("SoftmaxActivation", lambda a: a)
+    return _softmax(data, [-1], read=lambda i: column(data[(i[0], slice(None), *i[2:])])[i[1]])
 
 
 @tdl_expansion("SoftmaxActivation")
