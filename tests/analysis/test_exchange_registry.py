@@ -1,7 +1,7 @@
 """Every strategy that exchanges statistics, over the whole registry: the op's expansion, run on every worker's
 pieces with the statistics all-reduced, equals MXNet's fused kernel forward (every output) and in the gradient of
 every input (tests/analysis/test_exchange.py holds hand-picked cases; this one every case of every op with an
-expansion, at k = 2 and 4, so that a new attribute or case of those ops is covered by adding it)."""
+expansion, at k = 2, 3 and 4, so that a new attribute or case of those ops is covered by adding it)."""
 import mxnet as mx
 import numpy as np
 import pytest
@@ -27,7 +27,7 @@ def _collect():
         for i, case in enumerate(spec.cases):
             attrs = case.parsed_attrs()
             desc = describe(op, attrs, case.shapes, infer_op_shapes(op, attrs, case.shapes))
-            for k in (2, 4):
+            for k in (2, 3, 4):
                 found += [(op, i, k, j) for j, s in enumerate(strategies(desc, k))
                           if s.exchanges and expansion.runs(desc.attrs, tuple(t.shape for t in desc.inputs))]
     return found
