@@ -27,10 +27,13 @@ def load_graph(model: str, options: ModelOptions = ModelOptions(),
     """
     if model.endswith(".json") or Path(model).is_file():
         symbol = load_symbol_file(model)
-        shapes = shapes or declared_shapes(symbol)      # given, or as its variables declare them
         if not shapes:
-            raise InputShapeError(f"'{model}' is a symbol file whose inputs declare no full shape: give them "
-                                  f"with --shape NAME=D1,D2,...")
+            # what a variable declares is not taken on its own: a variable given a shape is an input, not trained,
+            # and a declared weight (fc_weight, shape=(4, 6)) would then silently stay as initialised
+            declared = ", ".join(f"{n}={','.join(map(str, s))}" for n, s in declared_shapes(symbol).items())
+            raise InputShapeError(f"'{model}' is a symbol file: give its input shapes with --shape NAME=D1,D2,..."
+                                  + (f" (its variables declare {declared}; give the inputs among them)"
+                                     if declared else ""))
         graph = import_symbol(symbol, shapes, name=Path(model).stem)    # shapes inferred in a safe probe
         if with_loss and (lossy := _with_loss(symbol, graph, shapes)) is not None:
             graph = import_symbol(*lossy, name=Path(model).stem)

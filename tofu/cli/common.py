@@ -56,8 +56,7 @@ def model_args(p: argparse.ArgumentParser, positional: bool = True) -> None:
     p.add_argument("--seq-len", type=int, help="RNN unrolled timesteps (default 20), GPT tokens (default 1024)")
     p.add_argument("--vocab", type=int, help="RNN vocabulary (default 10000), GPT vocabulary (default 50304)")
     p.add_argument("--shape", action="append", default=[], metavar="NAME=D1,D2,...",
-                   help="input shape of a symbol file (repeat per input; default: the shapes its variables "
-                        "declare, mx.sym.var(name, shape=...))")
+                   help="input shape of a symbol file (repeat per input)")
 
 
 def model_graph(args, with_loss: bool = False):

@@ -84,11 +84,9 @@ def _check_document(doc: dict, path: str) -> None:
         # MXNet 0.8 wrote an operator's parameters under 'param' and other attributes under 'attr'; its loader
         # upgrades both into 'attrs'
         parts = [jn.get(key) or {} for key in ("param", "attr", "attrs")]
-        if not all(isinstance(part, dict) for part in parts):
+        if not all(isinstance(part, dict) and all(isinstance(v, str) for v in part.values()) for part in parts):
             raise GraphImportError(f"'{path}': node '{jn['name']}' has attributes that are not strings")
         raw = {k: v for part in parts for k, v in part.items()}
-        if not all(isinstance(v, str) for v in raw.values()):
-            raise GraphImportError(f"'{path}': node '{jn['name']}' has attributes that are not strings")
         for entry in jn.get("inputs", []):
             _check_entry(entry, j, outputs, names, f"node '{jn['name']}'", path)
         if jn["op"] == "null":
@@ -134,8 +132,10 @@ def parse_shape(text: str) -> tuple[str, Shape]:
 
 
 def declared_shapes(symbol: mx.sym.Symbol) -> dict[str, Shape]:
-    """The shapes a symbol's input variables declare in full (``mx.sym.var(name, shape=(8, 6))`` writes
-    ``__shape__``; a declared 0, an extent left to inference, is not in full), which MXNet's own binding uses.
+    """The shapes a symbol's variables declare in full (``mx.sym.var(name, shape=(8, 6))`` writes ``__shape__``; a
+    declared 0, an extent left to inference, is not in full), which MXNet's shape inference uses as hints. Named in
+    the error that asks for --shape, not taken as inputs' shapes: which variables are inputs is the user's to say
+    (a declared weight would become an input, not trained).
 
     Raises:
         InputShapeError: a declared shape that is not a tuple of integers, or one past MXNet's extents.
