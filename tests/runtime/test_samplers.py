@@ -37,8 +37,9 @@ def test_each_device_draws_its_own_shard_of_the_distribution(algo):
     assert abs(normal.mean() - 1.0) < 5 * 2.0 / np.sqrt(normal.size) and abs(normal.std() / 2.0 - 1) < 0.1
     assert uniform.min() >= -1.0 and uniform.max() < 3.0
     assert abs(uniform.mean() - 1.0) < 5 * (4 / np.sqrt(12)) / np.sqrt(uniform.size)
-    for sample in (normal, uniform):     # no two devices' shards (a quarter each, however cut) drew alike
-        assert len(np.unique(sample)) == sample.size
+    for sample in (normal, uniform):     # no two devices' shards (a quarter each, however cut) drew alike: that
+        # would repeat a quarter of the values; 2048 independent float32 draws repeat one 4-6% of the time
+        assert sample.size - len(np.unique(sample)) < sample.size // 100
 
 
 def test_samplers_are_not_constants():
