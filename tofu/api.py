@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tofu.errors import InputShapeError
 from tofu.graph import Graph, Shape, import_symbol, load_symbol_file
-from tofu.graph.mxnet_import import declared_shapes
+from tofu.graph.mxnet_import import check_no_parameter_shapes, declared_shapes
 from tofu.graph.ir import LOSS_OPS
 from tofu.models import ModelOptions, build_model
 
@@ -34,6 +34,7 @@ def load_graph(model: str, options: ModelOptions = ModelOptions(),
             raise InputShapeError(f"'{model}' is a symbol file: give its input shapes with --shape NAME=D1,D2,..."
                                   + (f" (its variables declare {declared}; give the inputs among them)"
                                      if declared else ""))
+        check_no_parameter_shapes(symbol, shapes)
         graph = import_symbol(symbol, shapes, name=Path(model).stem)    # shapes inferred in a safe probe
         if with_loss and (lossy := _with_loss(symbol, graph, shapes)) is not None:
             graph = import_symbol(*lossy, name=Path(model).stem)

@@ -230,6 +230,25 @@ def test_declared_shapes_are_named_not_taken(tmp_path, capsys):
     assert "variable 'data' declares the shape '(8, six)'" in err and len(err.strip().splitlines()) == 1
 
 
+def test_a_shape_given_for_a_parameter_is_refused(tmp_path, capsys):
+    """--shape for a variable an op reads as its weight made it an input, fed with each batch and never trained
+    (4 of 28 parameters trained, exit status 0): now a one-line error naming it and its reader; given the data's
+    shape alone the weight is a parameter."""
+    from tofu import cli
+
+    s = mx.sym
+    fc = s.FullyConnected(s.var("data"), weight=s.var("w"), num_hidden=4, name="fc")
+    bn = s.BatchNorm(fc, gamma=s.var("g"), name="bn")
+    s.SoftmaxOutput(bn, s.var("softmax_label"), name="softmax").save(str(tmp_path / "m.json"))
+    for extra, message in ((["--shape", "w=4,6"], "'w', which 'fc' (FullyConnected) reads as its weight"),
+                           (["--shape", "g=4"], "'g', which 'bn' (BatchNorm) reads as its gamma")):
+        assert cli.main(["plan", str(tmp_path / "m.json"), "--shape", "data=8,6", *extra, "--workers", "2"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "never trained" in err and len(err.strip().splitlines()) == 1, err
+    assert cli.main(["inspect", str(tmp_path / "m.json"), "--shape", "data=8,6"]) == 0
+    assert "parameters: 36 " in capsys.readouterr().out       # w 24, fc_bias 4, g 4, bn_beta 4
+
+
 def test_a_loss_reads_its_label_from_an_input_not_a_parameter():
     """A loss's target named neither *label nor given a shape (MXNet infers it) was taken for a parameter:
     initialised, held by the plan as weights, the printed loss the mean of the output. Now every variable a loss

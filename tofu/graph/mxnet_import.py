@@ -290,6 +290,46 @@ def _lr_mult(name: str, raw: Mapping[str, str]) -> float:
     return value
 
 
+PARAMETER_ARGUMENTS = frozenset({"weight", "bias", "gamma", "beta", "parameters"})
+"""The names MXNet's operators give the inputs they learn (FullyConnected's and Convolution's weight and bias, the
+normalizations' gamma and beta, PReLU's gamma, the fused RNN's parameters)."""
+
+
+def check_no_parameter_shapes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape]) -> None:
+    """That a user's ``--shape`` names no variable an op reads as a parameter (:data:`PARAMETER_ARGUMENTS`):
+    :func:`import_symbol` feeds every variable given a shape with each batch, so such a weight was never trained.
+
+    Raises:
+        InputShapeError: naming the first such variable and the op that reads it.
+    """
+    read_as = _parameter_reads(json.loads(symbol.tojson()))
+    given = sorted(set(shapes) & set(read_as))
+    if given:
+        node, op, arg = read_as[given[0]]
+        raise InputShapeError(f"a shape is given for '{given[0]}', which '{node}' ({op}) reads as its {arg}: a "
+                              f"variable given a shape is fed with each batch and never trained; leave it out (a "
+                              f"parameter's shape is inferred)")
+
+
+def _parameter_reads(doc: dict) -> dict[str, tuple[str, str, str]]:
+    """Per variable that some op reads as one of :data:`PARAMETER_ARGUMENTS`: (that op's name, its type, the
+    argument)."""
+    nodes, names, out = doc["nodes"], {}, {}
+    for jn in nodes:
+        if jn["op"] == "null":
+            continue
+        if jn["op"] not in names:
+            try:
+                info = mx.operator.get_operator_arguments(jn["op"])
+                names[jn["op"]] = [n for n, t in zip(info.names, info.types) if t.startswith("NDArray")]
+            except (mx.base.MXNetError, KeyError, ValueError):
+                names[jn["op"]] = []
+        for (j, *_), arg in zip(jn["inputs"], names[jn["op"]]):
+            if arg in PARAMETER_ARGUMENTS and nodes[j]["op"] == "null":
+                out.setdefault(nodes[j]["name"], (jn["name"], jn["op"], arg))
+    return out
+
+
 def _label_variables(doc: dict) -> frozenset[int]:
     """The variables (JSON node indices) a loss op reads as its label or target (any input after its first),
     directly or through ops of :data:`_MOVES`: inputs fed with each batch, never parameters, whatever their name
