@@ -1,7 +1,7 @@
 """plan_graph's concurrent one-cut search (issue 9): ``tofu``'s k-way cut costed in a forked process while the
 recursion runs must give the sequential plan, byte for byte, whichever order wins and whatever the fork does;
-and so must the plan's prefix recounts (issue 23), counted in forked processes, begun while the recursion searches
-on or while the last prefix is counted here.
+and so must the plan's prefix recounts (issue 23), counted while the recursion searches on, in one process forked
+as the plan begins.
 
 The reference is the same call with ``concurrent=False``; the fork is forced (a spare core is not assumed).
 """
@@ -153,8 +153,8 @@ def prefixes(monkeypatch):
             record["sent"][id(self)] = got
         return got
 
-    def started(cls, compute, count, what):
-        child = start(cls, compute, count, what)
+    def started(cls, compute, count, what, feed=False):
+        child = start(cls, compute, count, what, feed)
         if cls is algorithms._Forked:
             record["started"].append(what)
         return child
@@ -187,14 +187,23 @@ def test_prefixes_recounted_in_a_fork_give_the_sequential_plan(prefixes, name, b
     assert plan_doc(got) == plan_doc(sequential)
 
 
-def test_prefixes_begin_while_the_recursion_searches_on(prefixes):
-    """With no k-way cut searched beside it (``tofu-recursive``), the first prefix is counted in a child forked
-    as soon as the first cut is fixed, and the plan is the sequential one."""
+def test_prefixes_begin_while_the_recursion_searches_on(prefixes, monkeypatch):
+    """With no k-way cut searched beside it (``tofu-recursive``), one child is forked as the plan begins and sent
+    each cut as soon as it is fixed (the last one, which this process counts, never), and the plan is the
+    sequential one."""
+    step, sent = algorithms._EarlyPrefixes.step, []
+
+    def recorded(self, steps):
+        step(self, steps)
+        sent.append(self.sent)
+
+    monkeypatch.setattr(algorithms._EarlyPrefixes, "step", recorded)
     g = graph("rnn-tiny", 16)
     sequential = plan_graph(g, 8, "tofu-recursive", concurrent=False)
     prefixes["here"].clear()
     got = plan_graph(g, 8, "tofu-recursive")
-    assert prefixes["started"][0] == "prefixes 1-1 of the plan"
+    assert prefixes["started"] == ["the plan's prefixes"]
+    assert sent == [1, 2, 2]
     assert prefixes["here"] == [3]
     totals = np.cumsum([s.cost_bytes for s in sequential.steps])
     assert sorted(x for sent in prefixes["sent"].values() for x in sent) == sorted(totals[:-1])
@@ -215,3 +224,25 @@ def test_a_prefix_count_that_dies_is_counted_again_here(prefixes, monkeypatch):
     assert prefixes["sent"] and not any(prefixes["sent"].values())
     assert sorted(prefixes["here"]) == list(range(1, len(got.steps) + 1))
     assert plan_doc(got) == plan_doc(plan_graph(g, 8, "tofu", concurrent=False))
+
+
+def test_a_k_way_cut_that_cannot_be_made_does_not_hold_the_prefixes_back(prefixes, monkeypatch):
+    """The k-way cut's search fails at once when no input divides k ways (6 x 10 on 4 workers): its child is
+    done, and the recursion's cuts go to the prefix counts as they are fixed, as with no k-way cut at all."""
+    step, sent = algorithms._EarlyPrefixes.step, []
+
+    def recorded(self, steps):
+        assert self.ahead is not None
+        self.ahead.arrived(1, 10.0)          # its end, whenever it comes, is what the step sees
+        step(self, steps)
+        sent.append(self.sent)
+
+    monkeypatch.setattr(algorithms._EarlyPrefixes, "step", recorded)
+    fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc")
+    g = import_symbol(mx.sym.SoftmaxOutput(fc, name="softmax"), {"data": (6, 10)})
+    sequential = plan_graph(g, 4, "tofu", concurrent=False)
+    prefixes["here"].clear()
+    got = plan_graph(g, 4, "tofu")
+    assert sent == [1, 1]
+    assert prefixes["here"] == [2]
+    assert plan_doc(got) == plan_doc(sequential)

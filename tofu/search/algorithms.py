@@ -12,10 +12,12 @@ Input: a Graph and the number of workers. Output: a :class:`~tofu.search.plan.Pl
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import gc
 import logging
 import math
 import os
+import pickle
 import select
 import signal
 import struct
@@ -108,8 +110,8 @@ def plan_graph(graph: Graph, workers: int, algo: str = "tofu", concurrent: bool 
     fails only when every order does. With ``concurrent`` and a core to spare, ``tofu``'s single k-way cut is
     costed in a forked process while the recursion runs here; it is searched here again only when it wins
     (or the fork gives no answer), so the plan is the sequential one. The plan's bytes per step (each prefix
-    of the cuts recounted) are counted in forked processes too, begun as the recursion fixes its cuts
-    (:class:`_EarlyPrefixes`) and while the whole plan is counted here (:func:`_step_costs`).
+    of the cuts recounted) are counted in a forked process too, each as soon as the recursion fixes its cuts
+    (:class:`_EarlyPrefixes`), while the whole plan is counted here (:func:`_step_costs`).
 
     Raises:
         SearchError: unknown algorithm, impossible worker count, or an op that cannot be split (the first
@@ -165,7 +167,7 @@ def _plan(graph: Graph, workers: int, algo: str, concurrent: bool = False) -> Pl
             steps = min(candidates, key=total_cost)       # ties: the first (the recursion)
         seconds = time.perf_counter() - start
         log.info("%s: %d workers in %.2f s", algo, workers, seconds)
-        return to_plan(graph, workers, algo, steps, seconds, coarse.stats(graph), concurrent,
+        return to_plan(graph, workers, algo, steps, seconds, coarse.stats(graph),
                        early.counting(steps) if early is not None else ())
     finally:
         if early is not None:
@@ -186,19 +188,44 @@ def _fork_pays(graph: Graph) -> bool:
     return cores >= 2 and os.getloadavg()[0] <= cores - 0.5
 
 
-class _Forked:
-    """Floats computed in a forked process, each sent as it is done (8 bytes each; nothing else crosses): the
-    caller computes itself what the child does not give, so what it returns never depends on the fork."""
+_FEED_BYTES = 1 << 20
+"""The pipe that feeds a child is grown to this (Linux's default most, /proc/sys/fs/pipe-max-size): every cut
+of a plan's choices fits it at once (2627 ops' of rnn-10-8k are 10 kB a cut, :func:`_cut_message`)."""
 
-    def __init__(self, pid: int, fd: int, count: int):
-        self._pid, self._fd, self._count = pid, fd, count
+
+def _receive(fd: int):
+    """The next value sent down ``fd`` (:meth:`_Forked.send`), or None once the parent closed it."""
+    def exactly(n: int) -> bytes | None:
+        data = b""
+        while len(data) < n:
+            chunk = os.read(fd, n - len(data))
+            if not chunk:
+                return None
+            data += chunk
+        return data
+    head = exactly(8)
+    body = exactly(struct.unpack("Q", head)[0]) if head is not None else None
+    return None if body is None else pickle.loads(body)
+
+
+class _Forked:
+    """Floats computed in a forked process, each sent as it is done (8 bytes each; nothing else crosses back): the
+    caller computes itself what the child does not give, so what it returns never depends on the fork. A child
+    started with ``feed`` also reads, in order, what the caller sends it (:meth:`send`)."""
+
+    def __init__(self, pid: int, fd: int, count: int, feed: int = -1):
+        self._pid, self._fd, self._count, self._feed = pid, fd, count, feed
         self._got = b""
+        self._ended = False             # the child closed the pipe (or was given up): nothing more comes
 
     @classmethod
-    def start(cls, compute: Callable[[], Iterable[float]], count: int, what: str) -> "_Forked | None":
-        """``compute()`` (``count`` floats, ``what`` they are) run in a child, or None when no child starts."""
+    def start(cls, compute: Callable[..., Iterable[float]], count: int, what: str,
+              feed: bool = False) -> "_Forked | None":
+        """``compute()`` (``count`` floats, ``what`` they are) run in a child, or None when no child starts; with
+        ``feed``, ``compute(receive)``, where ``receive()`` gives the next value sent (None once none can come)."""
         try:
             read, write = os.pipe()
+            into = os.pipe() if feed else (-1, -1)
             pid = os.fork()
         except OSError as e:
             log.info("no process for %s (%s): computing it here", what, e)
@@ -207,8 +234,10 @@ class _Forked:
             code = 1
             try:
                 os.close(read)
+                if feed:
+                    os.close(into[1])
                 sent = 0
-                for value in compute():
+                for value in compute(lambda: _receive(into[0])) if feed else compute():
                     os.write(write, struct.pack("d", float(value)))
                     sent += 1
                 code = 0 if sent == count else 1
@@ -217,7 +246,26 @@ class _Forked:
             finally:
                 os._exit(code)
         os.close(write)
-        return cls(pid, read, count)
+        if feed:
+            os.close(into[0])
+            with contextlib.suppress(AttributeError, OSError):      # room for every cut's choices (Linux)
+                fcntl.fcntl(into[1], fcntl.F_SETPIPE_SZ, _FEED_BYTES)
+            os.set_blocking(into[1], False)
+        return cls(pid, read, count, into[1])
+
+    def send(self, value) -> bool:
+        """Sends ``value`` to a child started with ``feed``; when it cannot take it whole now (the pipe is full:
+        the child is stuck), the child is given up (:meth:`close`) and False returned."""
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        data = struct.pack("Q", len(data)) + data
+        try:
+            done = os.write(self._feed, data) if not self._ended else 0
+        except OSError:
+            done = 0
+        if done == len(data):
+            return True
+        self.close()
+        return False
 
     def values(self, timeout_s: float) -> tuple[float, ...] | None:
         """The child's floats, or None when it failed, died or gave no answer within ``timeout_s``."""
@@ -231,21 +279,35 @@ class _Forked:
         """The floats the child has sent, in its order: all that came so far, waiting up to ``timeout_s`` while
         fewer than ``count`` came (it may die or take longer)."""
         deadline = time.monotonic() + timeout_s
-        while len(self._got) < 8 * self._count:
+        while len(self._got) < 8 * self._count and not self._ended:
             wait = deadline - time.monotonic() if len(self._got) < 8 * count else 0.0
             if not select.select([self._fd], [], [], max(0.0, wait))[0] or not self._read():
                 break           # nothing more for now, or the child closed the pipe
         done = len(self._got) // 8
         return struct.unpack(f"{done}d", self._got[:8 * done])
 
+    def finished(self) -> bool:
+        """Whether the child is done: every float came, or it closed the pipe (it failed or died)."""
+        self.arrived()
+        return self._ended or len(self._got) == 8 * self._count
+
     def _read(self) -> bool:
+        if self._ended:
+            return False
         chunk = os.read(self._fd, 8 * self._count - len(self._got))
         self._got += chunk
+        self._ended = not chunk
         return bool(chunk)
 
     def close(self) -> None:
-        """Stops the child if it still runs, and reaps it."""
-        os.close(self._fd)
+        """Stops the child if it still runs, and reaps it (what it sent stays readable)."""
+        if self._fd < 0:
+            return
+        self._ended = True
+        for fd in (self._fd, self._feed):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._feed = -1
         with contextlib.suppress(ProcessLookupError):
             os.kill(self._pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
@@ -271,42 +333,70 @@ _Counting = tuple[tuple[int, ...], "_Forked"]      # a child and the prefixes it
 
 
 class _EarlyPrefixes:
-    """The recursion's prefix recounts begun while it searches on: after each of its cuts but the last, when no
-    other child of the plan runs (the k-way cut's search has answered, the last such child is done), a forked
-    process counts the prefixes fixed since the last one began, shortest first. A prefix's count needs its own
-    cuts only, which later cuts never change; the recount after the search (:func:`_step_costs`) takes what
-    they give, and counts what they do not: a child that dies, or one never begun (the k-way cut's search did
-    not answer in time), costs only the speed-up, never a figure."""
+    """The recursion's prefix recounts, begun while it searches on: one process, forked as the plan begins (its
+    memory is small then, so neither process pays much for the pages the other writes after: forking after
+    each cut cost this one 0.2 s of page copies at 64 workers), is sent each cut as the recursion fixes it
+    (:func:`_cut_message`; held back while the k-way cut's search runs on the other core) and counts the
+    prefixes 1 to m - 1 in order, each as soon as its cuts have come. A prefix's count needs its own cuts only,
+    which later cuts never change; the recount after the search (:func:`_step_costs`) takes what it gives and
+    counts what it does not: a child that dies or is given up costs only the speed-up, never a figure."""
 
     def __init__(self, graph: Graph, cuts: int, ahead: _Ahead | None):
         self.graph, self.cuts, self.ahead = graph, cuts, ahead
-        self.children: list[_Counting] = []
-        self.steps: tuple[CutStep, ...] = ()        # the steps they count a prefix of
+        self.steps: tuple[CutStep, ...] = ()        # the steps fixed so far
+        self.sent = 0                               # how many of them the child has
+        self.child = _Forked.start(lambda receive: _prefix_totals(graph, cuts - 1, receive), cuts - 1,
+                                   "the plan's prefixes", feed=True) \
+            if cuts > 1 and _fork_pays(graph) else None
 
     def step(self, steps: tuple[CutStep, ...]) -> None:
         """The search's ``on_step``: ``steps`` are fixed, one more than at the last call."""
         self.steps = steps
-        first = self.children[-1][0][-1] + 1 if self.children else 1
-        if len(steps) >= self.cuts:
-            return              # the whole plan is counted after the search, where it is waited for
-        if self.children and len(self.children[-1][1].arrived()) < len(self.children[-1][0]):
-            return              # the last child counts on
-        if (self.ahead is not None and not self.ahead.arrived()) or not _fork_pays(self.graph):
-            return
-        graph, js, choices = self.graph, tuple(range(first, len(steps) + 1)), _choices(self.graph, steps)
-        child = _Forked.start(lambda: (_count(graph, steps, choices, j).total for j in js), len(js),
-                              f"prefixes {js[0]}-{js[-1]} of the plan")
-        if child is not None:
-            self.children.append((js, child))
+        if self.ahead is None or self.ahead.finished():
+            self._send()
+
+    def _send(self) -> None:
+        while self.child is not None and self.sent < min(len(self.steps), self.cuts - 1):
+            if not self.child.send(_cut_message(self.graph, self.steps[self.sent])):
+                log.info("the prefix counts' process takes no more cuts: they are counted here")
+                return
+            self.sent += 1
 
     def counting(self, steps: tuple[CutStep, ...]) -> list[_Counting]:
-        """The children, when ``steps`` are those whose prefixes they count (the recursion's plan won)."""
+        """The child and the prefixes it counts, in its order, when ``steps`` are those it is sent (the
+        recursion's plan won); every cut it lacks is sent now."""
         same = len(steps) == len(self.steps) and all(a is b for a, b in zip(steps, self.steps))
-        return self.children if same else []
+        if not same or self.child is None:
+            return []
+        self._send()
+        return [(tuple(range(1, self.cuts)), self.child)]
 
     def close(self) -> None:
-        for _, child in self.children:
-            child.close()
+        if self.child is not None:
+            self.child.close()
+
+
+def _cut_message(graph: Graph, step: CutStep) -> tuple:
+    """What a prefix count needs of one cut, compactly: its factor, every tensor's split dimension (-1: none)
+    and every node's choice, as distinct choices and their numbers."""
+    table: dict[OpChoice, int] = {}
+    numbers = [table.setdefault(c, len(table)) for c in _choices(graph, [step])[0]]
+    return (step.factor, np.array([-1 if d is None else d for d in step.tensor_dims], dtype=np.int8).tobytes(),
+            tuple(table), np.array(numbers, dtype=np.int32).tobytes())
+
+
+def _prefix_totals(graph: Graph, count: int, receive: Callable[[], tuple | None]) -> Iterable[float]:
+    """The child's side of :class:`_EarlyPrefixes`: the totals of the prefixes 1 to ``count``, each as soon as
+    its last cut (:func:`_cut_message`) is received."""
+    cuts: list[tuple[int, tuple, tuple]] = []
+    while len(cuts) < count:
+        got = receive()
+        if got is None:
+            return
+        factor, dims, table, numbers = got
+        cuts.append((factor, tuple(None if d < 0 else int(d) for d in np.frombuffer(dims, dtype=np.int8)),
+                     tuple(table[i] for i in np.frombuffer(numbers, dtype=np.int32).tolist())))
+        yield _count_cuts(graph, cuts).total
 
 
 def replay(graph: Graph, plan: Plan) -> Plan:
@@ -367,7 +457,7 @@ def replay(graph: Graph, plan: Plan) -> Plan:
 
 
 def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], seconds: float,
-            coarsening: dict[str, int], concurrent: bool = False, early: Sequence[_Counting] = ()) -> Plan:
+            coarsening: dict[str, int], early: Sequence[_Counting] = ()) -> Plan:
     """The plan of ``steps``, its bytes recounted as the runtime moves them (:func:`_step_costs`; ``early``:
     prefix counts already under way)."""
     final = [t.shape for t in graph.tensors]
@@ -375,7 +465,7 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
         final = [tuple(n // s.factor if i == d else n for i, n in enumerate(shape))
                  for shape, d in zip(final, s.tensor_dims)]
     choices = _choices(graph, steps)
-    costs, kept, replicas, owners = _step_costs(graph, steps, choices, concurrent, early)
+    costs, kept, replicas, owners = _step_costs(graph, steps, choices, early)
     plan_steps = tuple(PlanStep(s.factor, s.groups, cost,
                                 tuple((t.name, d) for t, d in zip(graph.tensors, s.tensor_dims)),
                                 tuple((n.name, c) for n, c in zip(graph.nodes, step_choices)))
@@ -392,8 +482,7 @@ def to_plan(graph: Graph, workers: int, algo: str, steps: tuple[CutStep, ...], s
                 tuple(memory.items()), tuple(coarsening.items()), tuple((t.name, t.shape) for t in graph.tensors))
 
 
-def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, concurrent: bool = False,
-                early: Sequence[_Counting] = ()
+def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, early: Sequence[_Counting] = ()
                 ) -> tuple[list[float], tuple[float, ...] | None, tuple[float, ...] | None, Mapping | None]:
     """Each step's d_j as the runtime moves it: what the first j cuts copy less what the first j - 1 copy
     (:mod:`tofu.search.copies`), and per device the forward bytes it receives and keeps for the backward pass
@@ -403,38 +492,28 @@ def _step_costs(graph: Graph, steps: tuple[CutStep, ...], choices, concurrent: b
     op that needs one; for a plan the runtime cannot run (a search without the runnability check), they are
     kept, and the per-device bytes and the owners are None.
 
-    ``early``: children already counting some prefixes (begun during the search, :class:`_EarlyPrefixes`), each
-    with the prefixes it counts in its order. With ``concurrent`` and a core to spare, a forked process counts
-    the others from the longest down while the last is counted here, and then the shortest ones here up, until
-    the two meet (a count costs a part per op and a part per worker's call: which side is quicker depends on the
-    graph); a prefix a child is counting when this process comes to it is waited for, and one a child does not
-    give (it died) is counted here."""
+    ``early``: children counting some prefixes (:class:`_EarlyPrefixes`), each with the prefixes it counts in
+    its order (the shortest first). The whole plan is counted here first; then the other prefixes from the
+    longest down, each taken from a child that has sent it, waited for when a child counts it now, and else
+    counted here (a child that died, or one behind: it and this process meet in the middle)."""
     n = len(steps)
-    covered = {j for js, _ in early for j in js}
-    down = tuple(j for j in range(n - 1, 0, -1) if j not in covered)      # the child's order
-    child = _Forked.start(lambda: (_count(graph, steps, choices, j).total for j in down), len(down),
-                          "the plan's prefixes") if concurrent and down and _fork_pays(graph) else None
-    counting = [*early, *([(down, child)] if child is not None else [])]
     try:
         start = time.perf_counter()
         last = _count(graph, steps, choices, n) if n else None
-        wait = max(5.0, 2 * (time.perf_counter() - start))     # bounds a child stuck at fork (a lock held)
+        wait = max(5.0, 2 * (time.perf_counter() - start))     # bounds a child stuck (a lock held at fork)
         known: dict[int, float] = {}
-        for j in range(1, n):
-            for js, source in counting:
-                if j in js:
-                    sent = source.arrived()
-                    if len(sent) < len(js) and js[len(sent)] == j:     # the child counts it now
-                        sent = source.arrived(len(sent) + 1, wait)
-                    known.update(zip(js, sent))
+        for j in range(n - 1, 0, -1):
+            for js, source in early:
+                sent = source.arrived()
+                if j not in known and j in js and len(sent) < len(js) and js[len(sent)] == j \
+                        and not source.finished():                # the child counts it now
+                    sent = source.arrived(len(sent) + 1, wait)
+                known.update(zip(js, sent))
             if j not in known:
                 known[j] = _count(graph, steps, choices, j).total
         prefixes = [known[j] for j in range(1, n)]
     except TofuError:
         return [float(s.cost) for s in steps], None, None, None
-    finally:
-        if child is not None:
-            child.close()
     if last is None:
         return [], (), (), None
     totals = [*prefixes, last.total]
@@ -449,9 +528,13 @@ def _choices(graph: Graph, steps: Sequence[CutStep]) -> list[tuple[OpChoice, ...
 
 def _count(graph: Graph, steps: Sequence[CutStep], choices, j: int) -> Recount:
     """The recount of the first ``j`` steps (:func:`~tofu.search.copies.copies_and_kept`)."""
-    return copies_and_kept(graph, [s.factor for s in steps[:j]],
-                           [tuple(s.tensor_dims[t.id] for s in steps[:j]) for t in graph.tensors],
-                           [tuple(c[n.id] for c in choices[:j]) for n in graph.nodes])
+    return _count_cuts(graph, [(s.factor, s.tensor_dims, c) for s, c in zip(steps[:j], choices[:j])])
+
+
+def _count_cuts(graph: Graph, cuts: Sequence[tuple[int, Sequence, Sequence[OpChoice]]]) -> Recount:
+    """The recount of ``cuts``: per cut its factor, every tensor's split dimension and every node's choice."""
+    return copies_and_kept(graph, [f for f, _, _ in cuts], [tuple(d[t.id] for _, d, _ in cuts) for t in graph.tensors],
+                           [tuple(c[n.id] for _, _, c in cuts) for n in graph.nodes])
 
 
 def _largest_buffer(graph: Graph, steps: tuple[CutStep, ...], final) -> int:

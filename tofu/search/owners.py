@@ -33,8 +33,8 @@ def parameter_pieces(graph: Graph, factors: Sequence[int],
     box the devices hold under the cuts ``factors``, ``dims[t]`` tensor t's split dimension at each cut."""
     k = math.prod(factors)
     coords = np.array([coordinates(w, factors) for w in range(k)], dtype=np.int64).reshape(k, len(factors))
-    holders: list[tuple[int, int, Box, np.ndarray]] = []     # (bytes, tensor id, box, holding devices)
-    held: dict[tuple, list[tuple[int, Box, np.ndarray]]] = {}      # per shape and dims: (elements, box, devices)
+    holders: list[tuple[int, int, Box, list[int]]] = []      # (bytes, tensor id, box, holding devices)
+    held: dict[tuple, list[tuple[int, Box, list[int]]]] = {}      # per shape and dims: (elements, box, devices)
     for t in graph.tensors:
         if t.role is not Role.PARAM:
             continue
@@ -43,17 +43,17 @@ def parameter_pieces(graph: Graph, factors: Sequence[int],
             boxes = held[(t.shape, tuple(dims[t.id]))] = _held(t.shape, dims[t.id], factors, coords)
         itemsize = np.dtype(t.dtype).itemsize
         holders += [(n * itemsize, t.id, box, ws) for n, box, ws in boxes]
-    owned = np.zeros(k, dtype=np.int64)
+    owned = [0] * k
     pieces: dict[int, list[tuple[int, Box]]] = {}
     for nbytes, t, box, ws in sorted(holders, key=lambda h: (-h[0], h[1], h[2])):
-        w = int(ws[np.argmin(owned[ws])])       # the fewest bytes owned, then the lowest device
-        owned[w] += nbytes
+        w = ws[0] if len(ws) == 1 else min(ws, key=owned.__getitem__)    # the fewest bytes owned, then the
+        owned[w] += nbytes                                                 # lowest device (ws increase)
         pieces.setdefault(t, []).append((w, box))
     return {t: tuple(sorted(p)) for t, p in pieces.items()}
 
 
 def _held(shape: tuple[int, ...], dims: Sequence[int | None], factors: Sequence[int], coords: np.ndarray
-          ) -> list[tuple[int, Box, np.ndarray]]:
+          ) -> list[tuple[int, Box, list[int]]]:
     """Every distinct box of a tensor of ``shape`` split along ``dims``: its elements, the box and the devices
     that hold it (increasing)."""
     # a device's box follows from its coordinates at the cuts that split t: devices alike there hold it alike
@@ -65,7 +65,7 @@ def _held(shape: tuple[int, ...], dims: Sequence[int | None], factors: Sequence[
     boxes: dict[Box, list[np.ndarray]] = {}
     for u, w in enumerate(first.tolist()):
         boxes.setdefault(held_box(shape, dims, factors, w), []).append(np.flatnonzero(which == u))
-    return [(math.prod(b - a for a, b in box), box, np.sort(np.concatenate(ws))) for box, ws in boxes.items()]
+    return [(math.prod(b - a for a, b in box), box, np.sort(np.concatenate(ws)).tolist()) for box, ws in boxes.items()]
 
 
 def owned_fractions(graph: Graph, pieces: Mapping[int, Sequence[tuple[int, Box]]], k: int) -> tuple[float, ...]:
