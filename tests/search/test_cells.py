@@ -79,3 +79,26 @@ def test_cells_match_the_brute_force_reference(seed):
     empty = tuple((0, 0) if d == 0 else (0, n) for d, n in enumerate(shape))
     assert _cells(pieces, empty, 0, order(0), _arrays(pieces)) == ()
     assert cases == 25
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_layout_that_holds_no_element_twice_gives_the_same_cells_to_every_destination(seed):
+    """The replay keys such a layout's cells without the destination (``_arrays``' last value): each cell has
+    one holder, so the nearest is the same from everywhere."""
+    rng = np.random.default_rng(seed)
+    rank = int(rng.integers(1, 4))
+    shape = tuple(int(n) for n in rng.integers(4, 13, rank))
+    factors = tuple(int(f) for f in rng.integers(1, 4, rank))
+    pieces = grid(np.random.default_rng([seed, 1]), shape, factors, partial=False)
+    alone = [(i, box, key, i) for i, (_, box, key, _) in enumerate(dict((h[1], h) for h in pieces).values())]
+    replicated = len(alone) < len(pieces)
+    assert _arrays(alone)[5]
+    assert _arrays(pieces)[5] is not replicated
+    assert not _arrays(grid(rng, shape, factors, partial=True))[5]
+    k = len(alone)
+    for _ in range(10):
+        lo = [int(rng.integers(0, n)) for n in shape]
+        data = tuple((a, int(rng.integers(a + 1, n + 1))) for a, n in zip(lo, shape))
+        seen = {_cells(alone, data, dst, np.array([0 if u == dst else abs(u - dst) * k + u for u in range(k)]),
+                       _arrays(alone)) for dst in range(k)}
+        assert len(seen) == 1

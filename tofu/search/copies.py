@@ -205,8 +205,8 @@ class _Replay:
         self.replicas: list[np.ndarray] = []    # rows (copy of a whole parameter shard, its owner, the shard)
         self.layouts: dict[int, tuple[list, int]] = {}       # id of a pieces list -> (the list, its layout)
         self.layout_ids: dict[tuple, int] = {}
-        self.cells: dict[tuple, tuple] = {}     # (layout, data, destination) -> its cells: (position, box's
-        #                                         number, elements, whether it is that piece on the destination)
+        self.cells: dict[tuple, tuple] = {}     # (layout, data, destination; not for a layout that holds no
+        #                   element twice) -> its cells: (position, box's number, elements, whether it is that piece)
         self.layout_arrays: dict[int, tuple] = {}             # layout -> its pieces' boxes as arrays (_arrays)
         self.boxes: dict[tuple, Box] = {}
         self.orders: dict[int, np.ndarray] = {}             # per destination: its sources' order (order)
@@ -372,16 +372,19 @@ class _Replay:
         arrays = self.layout_arrays.get(layout)
         if arrays is None:
             arrays = self.layout_arrays[layout] = _arrays(pieces)
+        alone = arrays[5]       # no element held twice: where a cell comes from never depends on where it goes
         rows = []
         for e, (box, data, dst) in enumerate(wanted):
             data = box if data is None else data
-            cells = self.cells.get((layout, data, dst))
+            key = (layout, data) if alone else (layout, data, dst)
+            cells = self.cells.get(key)
             if cells is None:
-                cells = self.cells[(layout, data, dst)] = tuple(
+                cells = self.cells[key] = tuple(
                     (i, self.box_ids.setdefault(cell, len(self.box_ids)), math.prod(b - a for a, b in cell),
-                     pieces[i][0] == dst and cell == pieces[i][1])
+                     cell == pieces[i][1])
                     for i, cell in _cells(pieces, data, dst, self.order(dst), arrays))
-            rows += [(e, i, box_id, volume, pieces[i][0], dst, local) for i, box_id, volume, local in cells]
+            rows += [(e, i, box_id, volume, pieces[i][0], dst, whole and pieces[i][0] == dst)
+                     for i, box_id, volume, whole in cells]
         if len(self.box_ids) >= 1 << 20:
             raise SearchError("the count of copies numbers cell boxes in 20 bits: too many boxes")
         return _Batch(rows, len(wanted))
@@ -619,15 +622,26 @@ def _calls(op, attrs, ins, outs, choices, factors):
                    factors)
 
 
-def _arrays(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, dict[int, list[int]]]:
+_ALONE_UP_TO = 1024
+"""Layouts of more pieces are not checked for pieces that share an element (n^2 pairs): taken to share one."""
+
+
+def _arrays(pieces) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool, dict[int, list[int]], bool]:
     """The pieces' boxes as arrays for :func:`_cells`: their lower and upper corners (n x rank), their devices,
-    whether any piece is a partial sum, and per device the positions of its pieces."""
+    whether any piece is a partial sum, per device the positions of its pieces, and whether no element is held
+    twice (no piece is partial and no two overlap: each cell then has one holder, whatever the destination)."""
     lo = np.array([[a for a, _ in h[1]] for h in pieces], dtype=np.int64).reshape(len(pieces), -1)
     hi = np.array([[b for _, b in h[1]] for h in pieces], dtype=np.int64).reshape(len(pieces), -1)
     on: dict[int, list[int]] = {}
     for i, h in enumerate(pieces):
         on.setdefault(h[0], []).append(i)
-    return lo, hi, np.array([h[0] for h in pieces]), any(h[2] for h in pieces), on
+    partial = any(h[2] for h in pieces)
+    alone = False
+    if not partial and len(pieces) <= _ALONE_UP_TO:
+        shared = (np.maximum(lo[:, None], lo[None]) < np.minimum(hi[:, None], hi[None])).all(2)
+        np.fill_diagonal(shared, False)
+        alone = not shared.any()
+    return lo, hi, np.array([h[0] for h in pieces]), partial, on, alone
 
 
 _NEVER = np.iinfo(np.int64).max
@@ -642,7 +656,7 @@ def _cells(pieces, data: Box, dst: int, order: np.ndarray, arrays) -> tuple[tupl
     :func:`_arrays` of ``pieces``."""
     if not all(hi > lo for lo, hi in data):
         return ()
-    lo, hi, devices, partial, on = arrays
+    lo, hi, devices, partial, on, _ = arrays
     if not partial:                       # held on dst whole (the usual case): nothing else is read
         for i in on.get(dst, ()):
             if all(a <= c and d <= b for (a, b), (c, d) in zip(pieces[i][1], data)):
