@@ -335,7 +335,7 @@ _Counting = tuple[tuple[int, ...], "_Forked"]      # a child and the prefixes it
 class _EarlyPrefixes:
     """The recursion's prefix recounts, begun while it searches on: one process, forked as the plan begins (its
     memory is small then, so neither process pays much for the pages the other writes after: forking after
-    each cut cost this one 0.2 s of page copies at 64 workers), is sent each cut as the recursion fixes it
+    each cut cost this one up to 0.2 s of page copies at 64 workers), is sent each cut as the recursion fixes it
     (:func:`_cut_message`; held back while the k-way cut's search runs on the other core) and counts the
     prefixes 1 to m - 1 in order, each as soon as its cuts have come. A prefix's count needs its own cuts only,
     which later cuts never change; the recount after the search (:func:`_step_costs`) takes what it gives and
