@@ -246,3 +246,26 @@ def test_a_k_way_cut_that_cannot_be_made_does_not_hold_the_prefixes_back(prefixe
     assert sent == [1, 1]
     assert prefixes["here"] == [2]
     assert plan_doc(got) == plan_doc(sequential)
+
+
+def test_a_child_that_cannot_take_a_cut_is_given_up_and_its_prefixes_counted_here(prefixes, monkeypatch):
+    """A cut that does not fit the pipe at once (a child stuck, or a pipe that cannot grow) is never waited on:
+    the child is given up and every prefix is counted here, the plan unchanged."""
+    monkeypatch.setattr(algorithms, "_FEED_BYTES", 4096)
+    message = algorithms._cut_message
+    monkeypatch.setattr(algorithms, "_cut_message", lambda graph, step: (message(graph, step), b"x" * 200_000))
+    step, sent = algorithms._EarlyPrefixes.step, []
+
+    def recorded(self, steps):
+        step(self, steps)
+        sent.append(self.sent)
+
+    monkeypatch.setattr(algorithms._EarlyPrefixes, "step", recorded)
+    g = graph("rnn-tiny", 16)
+    sequential = plan_graph(g, 8, "tofu-recursive", concurrent=False)
+    prefixes["here"].clear()
+    got = plan_graph(g, 8, "tofu-recursive")
+    assert prefixes["started"] == ["the plan's prefixes"]
+    assert sent == [0, 0, 0]
+    assert sorted(prefixes["here"]) == [1, 2, 3]
+    assert plan_doc(got) == plan_doc(sequential)
