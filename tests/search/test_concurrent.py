@@ -171,14 +171,35 @@ def prefixes(monkeypatch):
     return record
 
 
+def sequential_and_concurrent(prefixes, g, workers: int, algo: str):
+    """The plan made sequentially, then concurrently with only the latter's counts here recorded."""
+    sequential = plan_graph(g, workers, algo, concurrent=False)
+    prefixes["here"].clear()
+    return sequential, plan_graph(g, workers, algo)
+
+
+def cuts_sent(monkeypatch, after_the_k_way_cut: bool = False) -> list[int]:
+    """How many cuts the prefix-count child has after each of the recursion's steps (filled as the plan runs);
+    with ``after_the_k_way_cut``, each step first waits for the k-way cut's child to end, whenever it does."""
+    step, sent = algorithms._EarlyPrefixes.step, []
+
+    def recorded(self, steps):
+        if after_the_k_way_cut:
+            assert self.ahead is not None
+            self.ahead.arrived(1, 10.0)
+        step(self, steps)
+        sent.append(self.sent)
+
+    monkeypatch.setattr(algorithms._EarlyPrefixes, "step", recorded)
+    return sent
+
+
 @pytest.mark.parametrize("name, batch, workers", [("rnn-tiny", 16, 8), ("wresnet-tiny", 16, 4), ("gpt-tiny", 64, 8)])
 def test_prefixes_recounted_in_a_fork_give_the_sequential_plan(prefixes, name, batch, workers):
     """Each step's bytes are the recount of its prefix of cuts less the one before: counted in children (begun
     during the search, or the longest first while the last prefix is counted here), they are the same floats."""
     g = graph(name, batch)
-    sequential = plan_graph(g, workers, "tofu", concurrent=False)
-    prefixes["here"].clear()
-    got = plan_graph(g, workers, "tofu")
+    sequential, got = sequential_and_concurrent(prefixes, g, workers, "tofu")
     n = len(got.steps)
     assert n > 1
     totals = np.cumsum([s.cost_bytes for s in sequential.steps])
@@ -191,17 +212,9 @@ def test_prefixes_begin_while_the_recursion_searches_on(prefixes, monkeypatch):
     """With no k-way cut searched beside it (``tofu-recursive``), one child is forked as the plan begins and sent
     each cut as soon as it is fixed (the last one, which this process counts, never), and the plan is the
     sequential one."""
-    step, sent = algorithms._EarlyPrefixes.step, []
-
-    def recorded(self, steps):
-        step(self, steps)
-        sent.append(self.sent)
-
-    monkeypatch.setattr(algorithms._EarlyPrefixes, "step", recorded)
+    sent = cuts_sent(monkeypatch)
     g = graph("rnn-tiny", 16)
-    sequential = plan_graph(g, 8, "tofu-recursive", concurrent=False)
-    prefixes["here"].clear()
-    got = plan_graph(g, 8, "tofu-recursive")
+    sequential, got = sequential_and_concurrent(prefixes, g, 8, "tofu-recursive")
     assert prefixes["started"] == ["the plan's prefixes"]
     assert sent == [1, 2, 2]
     assert prefixes["here"] == [3]
@@ -229,20 +242,10 @@ def test_a_prefix_count_that_dies_is_counted_again_here(prefixes, monkeypatch):
 def test_a_k_way_cut_that_cannot_be_made_does_not_hold_the_prefixes_back(prefixes, monkeypatch):
     """The k-way cut's search fails at once when no input divides k ways (6 x 10 on 4 workers): its child is
     done, and the recursion's cuts go to the prefix counts as they are fixed, as with no k-way cut at all."""
-    step, sent = algorithms._EarlyPrefixes.step, []
-
-    def recorded(self, steps):
-        assert self.ahead is not None
-        self.ahead.arrived(1, 10.0)          # its end, whenever it comes, is what the step sees
-        step(self, steps)
-        sent.append(self.sent)
-
-    monkeypatch.setattr(algorithms._EarlyPrefixes, "step", recorded)
+    sent = cuts_sent(monkeypatch, after_the_k_way_cut=True)
     fc = mx.sym.FullyConnected(mx.sym.var("data"), num_hidden=4, name="fc")
     g = import_symbol(mx.sym.SoftmaxOutput(fc, name="softmax"), {"data": (6, 10)})
-    sequential = plan_graph(g, 4, "tofu", concurrent=False)
-    prefixes["here"].clear()
-    got = plan_graph(g, 4, "tofu")
+    sequential, got = sequential_and_concurrent(prefixes, g, 4, "tofu")
     assert sent == [1, 1]
     assert prefixes["here"] == [2]
     assert plan_doc(got) == plan_doc(sequential)
@@ -254,17 +257,9 @@ def test_a_child_that_cannot_take_a_cut_is_given_up_and_its_prefixes_counted_her
     monkeypatch.setattr(algorithms, "_FEED_BYTES", 4096)
     message = algorithms._cut_message
     monkeypatch.setattr(algorithms, "_cut_message", lambda graph, step: (message(graph, step), b"x" * 200_000))
-    step, sent = algorithms._EarlyPrefixes.step, []
-
-    def recorded(self, steps):
-        step(self, steps)
-        sent.append(self.sent)
-
-    monkeypatch.setattr(algorithms._EarlyPrefixes, "step", recorded)
+    sent = cuts_sent(monkeypatch)
     g = graph("rnn-tiny", 16)
-    sequential = plan_graph(g, 8, "tofu-recursive", concurrent=False)
-    prefixes["here"].clear()
-    got = plan_graph(g, 8, "tofu-recursive")
+    sequential, got = sequential_and_concurrent(prefixes, g, 8, "tofu-recursive")
     assert prefixes["started"] == ["the plan's prefixes"]
     assert sent == [0, 0, 0]
     assert sorted(prefixes["here"]) == [1, 2, 3]
