@@ -193,8 +193,8 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
     for new_id, g in enumerate(order):
         nodes = group_nodes[g]
         const: list[float] | None = None
-        terms: dict[int, list[list[float]]] = {}
-        kept: dict[int, list[list[float]]] = {}     # forward bytes received that the op keeps for backward
+        terms: dict[int, Sequence[float]] = {}      # per tensor group its flat table (_add)
+        kept: dict[int, Sequence[float]] = {}     # forward bytes received that the op keeps for backward
         read_once: set[tuple[int, int]] = set()
         # per (tensor group, signature, touched tensor, its part of a class's row, ...): how many groups
         parts: dict[tuple, list] = {}
@@ -265,19 +265,15 @@ def build_cut(graph: Graph, coarse: Coarsening, shapes: Sequence[Shape],
                         parts[key] = [mult, info]
                     else:
                         entry[0] += mult
-        for (tg, _, p, part, shape, _, _, _, picked, keep), (mult, info) in parts.items():
-            costs = _part_costs(info, p, part, shape)
-            if p < info.n_inputs:
-                _add(terms, tg, tgroups, [costs[j][0] for j in picked], mult)
-                if keep:
-                    _add(kept, tg, tgroups, [costs[j][1] for j in picked], mult)
-            else:
-                _add(terms, tg, tgroups, [costs[j] for j in picked], mult)
+        for (tg, *cost_key, keep), (mult, info) in parts.items():
+            flat = _projected(info, tuple(cost_key), tgroups[tg].choices)
+            _add(terms, tg, flat[0], mult)
+            if keep:
+                _add(kept, tg, flat[1], mult)
         ops.append(OpGroup(new_id, graph.nodes[nodes[0]].name, names, kinds, tuple(float(c) for c in const),
-                           tuple([(t, tuple([tuple([float(v) for v in r]) for r in table]))
-                                  for t, table in terms.items()]),
+                           tuple([(t, _rows(flat, len(tgroups[t].choices))) for t, flat in terms.items()]),
                            produces, nodes[0]))
-        kept_tables.append(kept)
+        kept_tables.append({t: _rows(flat, len(tgroups[t].choices)) for t, flat in kept.items()})
     problem = CutProblem(k, tuple(tgroups), tuple(ops))
     groups = dataclasses.replace(groups, classes=tuple(refined))
     return problem, CutIndex(tuple(node_strategies), tuple(tuple(group_nodes[g]) for g in order),
@@ -326,18 +322,46 @@ def _aligned_key(s: PartitionStrategy) -> tuple[str, str]:
     return s.var.rstrip("*"), s.kind
 
 
-def _add(tables: dict, tg: int, tgroups, per_option: list[dict], mult: int = 1) -> None:
-    """Adds ``mult`` times each option's cost per dimension to tensor group ``tg``'s table [option][choice]."""
-    dims = tgroups[tg].choices
+def _add(tables: dict, tg: int, flat: tuple[float, ...], mult: int) -> None:
+    """Adds ``mult`` times ``flat`` (a cost per option and choice of tensor group ``tg``, option by option) to its
+    table, kept flat until :func:`_rows`."""
     table = tables.get(tg)
     if table is None:
-        table = tables[tg] = [[0.0] * len(dims) for _ in per_option]
-    if mult == 1:
-        for row, per_dim in zip(table, per_option):
-            row[:] = [r + per_dim[d] for r, d in zip(row, dims)]
+        tables[tg] = flat if mult == 1 else [v * mult for v in flat]
+    elif mult == 1:
+        tables[tg] = [a + b for a, b in zip(table, flat)]
     else:
-        for row, per_dim in zip(table, per_option):
-            row[:] = [r + per_dim[d] * mult for r, d in zip(row, dims)]
+        tables[tg] = [a + b * mult for a, b in zip(table, flat)]
+
+
+def _rows(flat, n: int) -> tuple[tuple[float, ...], ...]:
+    """A flat table (:func:`_add`) as its rows of ``n`` choices."""
+    return tuple([tuple(flat[at:at + n]) for at in range(0, len(flat), n)])
+
+
+# a part's costs laid out per picked strategy and per choice of its tensor group, by its parts key in build_cut
+_PROJECTED: dict[tuple, tuple] = {}
+
+
+def _projected(info: _ClassCosts, cost_key: tuple, dims: tuple) -> tuple:
+    """A touched tensor's costs, per picked strategy (``cost_key[-1]``) and per choice in ``dims``, flat (option by
+    option): what it adds to its tensor group's table, and (an input) the forward bytes received. ``cost_key`` is build_cut's parts
+    key without the tensor group: (signature id, part, row, held shape, role, g, item, picked), which fixes the
+    costs (the signature id fixes the signature and whether it is computed whole)."""
+    memo = (*cost_key, dims)
+    hit = _PROJECTED.get(memo)
+    if hit is None:
+        _, p, part, shape, *_, picked = cost_key
+        costs = _part_costs(info, p, part, shape)
+        if p < info.n_inputs:
+            hit = (tuple([float(costs[j][0][d]) for j in picked for d in dims]),
+                   tuple([float(costs[j][1][d]) for j in picked for d in dims]))
+        else:
+            hit = (tuple([float(costs[j][d]) for j in picked for d in dims]), ())
+        if len(_PROJECTED) > 200_000:
+            _PROJECTED.clear()
+        _PROJECTED[memo] = hit
+    return hit
 
 
 def _as_groups(graph: Graph, shapes: Sequence[Shape], views) -> Groups:
@@ -621,7 +645,7 @@ def clear_caches() -> None:
 
     for cached in (_strategies, _input_costs, _output_costs, _layout, _calls):
         cached.cache_clear()
-    for table in (_CLASS_COSTS, _VIEW_KEYS, _INTERNED, _EXCLUDED, _INFO, _FLAT):
+    for table in (_CLASS_COSTS, _VIEW_KEYS, _INTERNED, _EXCLUDED, _INFO, _FLAT, _PROJECTED):
         table.clear()
 
 
@@ -725,29 +749,34 @@ def _input_costs(sig, whole, i, box, window, role, grad, item):
     """Per strategy: input i's cost table and the forward bytes its workers receive, per dimension;
     ``window``: the part of the view's input that lies inside the tensor (half-open, view coordinates)."""
     shape, k = sig[2][i], sig[4]
-    out = []
-    for s in _strategies(*sig)[whole]:
-        if role == _AUX or role == _CONST:     # state kept on the device; a constant computed where it is read
-            zero = dict.fromkeys((*range(len(shape)), None), 0.0)
-            out.append((zero, zero))
-            continue
-        # a loss computed whole runs on the first worker only: the runtime reads one copy of it (the others
-        # would inject its gradient again), and MXNet does not run what no output needs
-        alone = whole and sig[0] in LOSS_OPS
-        regions = [None if w and (alone or i in s.once_inputs) else r[i] for w, r in enumerate(s.input_regions)]
-        # only the part of a piece inside the tensor is data (a padded view carries its halo's fill)
-        pieces = [tuple((max(a, lo), min(b, hi - 1)) for (a, b), (lo, hi) in zip(r.bounds, window))
-                  if r is not None else None for r in regions]
-        read = sum(math.prod(max(0, b - a + 1) for a, b in p) for p in pieces if p is not None)
-        data = tuple((lo, hi - 1) for lo, hi in window)
-        before = _size(window) - _overlap(data, box) if read else 0
-        held_read = _overlaps(pieces, box, k)
-        received = {d: (read - v - before) * item for d, v in held_read.items()}
-        if role == _PARAM:     # a replicated parameter is held by the group's first worker: the others read it
-            # from there and send their gradient parts back
-            first = _overlap(pieces[0], box) if pieces[0] is not None else 0
-            received[None] += (held_read[None] - first) * item
-        out.append(({d: v * (1 + grad) for d, v in received.items()}, received))
+    strategies = _strategies(*sig)[whole]
+    if role == _AUX or role == _CONST:     # state kept on the device; a constant computed where it is read
+        zero = dict.fromkeys((*range(len(shape)), None), 0.0)
+        return ((zero, zero),) * len(strategies)
+    # a loss computed whole runs on the first worker only: the runtime reads one copy of it (the others
+    # would inject its gradient again), and MXNet does not run what no output needs
+    alone = whole and sig[0] in LOSS_OPS
+    outside = _size(window) - _overlap(tuple((lo, hi - 1) for lo, hi in window), box)   # of the data, not held
+    out, seen = [], {}
+    for s in strategies:
+        regions = tuple([None if w and (alone or i in s.once_inputs) else r[i]
+                         for w, r in enumerate(s.input_regions)])
+        hit = seen.get(regions)     # strategies that read input i alike cost alike (a weight under a batch split)
+        if hit is None:
+            # only the part of a piece inside the tensor is data (a padded view carries its halo's fill)
+            pieces = [tuple([(a if a > lo else lo, b if b < hi - 1 else hi - 1)
+                             for (a, b), (lo, hi) in zip(r.bounds, window)]) if r is not None else None
+                      for r in regions]
+            read = sum(math.prod([b - a + 1 if b >= a else 0 for a, b in p]) for p in pieces if p is not None)
+            before = outside if read else 0
+            held_read = _overlaps(pieces, box, k)
+            received = {d: (read - v - before) * item for d, v in held_read.items()}
+            if role == _PARAM:     # a replicated parameter is held by the group's first worker: the others read
+                # it from there and send their gradient parts back
+                first = _overlap(pieces[0], box) if pieces[0] is not None else 0
+                received[None] += (held_read[None] - first) * item
+            hit = seen[regions] = ({d: v * (1 + grad) for d, v in received.items()}, received)
+        out.append(hit)
     return tuple(out)
 
 
