@@ -168,6 +168,7 @@ def compose(view: NodeView, choices: Sequence[OpChoice], factors: Sequence[int])
     k = math.prod(factors)
     steps = min(len(choices), len(factors))
     calls: list[WorkerCall | None] = [None] * k
+    memo = _Steps()
 
     def walk(group: _Group, j: int, first: int, size: int) -> None:
         if group.stopped or j == steps:
@@ -179,7 +180,7 @@ def compose(view: NodeView, choices: Sequence[OpChoice], factors: Sequence[int])
         size //= f
         for c in range(f):
             member = group if c == f - 1 else group.copy()     # the last member takes the parent's state
-            member.advance(j, choices[j], f, c, first + c * size)
+            member.advance(j, choices[j], f, c, first + c * size, memo)
             walk(member, j + 1, first + c * size, size)
 
     walk(_Group(view), 0, 0, k)
@@ -222,46 +223,46 @@ class _Group:
         g.keep, g.scale, g.unread, g.stopped = self.keep, self.scale, set(self.unread), self.stopped
         return g
 
-    def advance(self, j: int, choice: OpChoice, f: int, c: int, w: int) -> None:
-        """Takes part c of step j's choice (f parts); ``w``: the lowest worker of the part, named in errors."""
-        view = self.view
-        if choice.kind is ChoiceKind.FOLLOW:
-            _check_follow(view, choice.dim, f, c)
-            self.view, self.ins, self.out_origin = _follow(view, self.ins, self.out_origin, choice.dim, f, c)
+    def advance(self, j: int, choice: OpChoice, f: int, c: int, w: int, memo: "_Steps | None" = None) -> None:
+        """Takes part c of step j's choice (f parts); ``w``: the lowest worker of the part, named in errors;
+        ``memo``: what the step does to the group's view (:class:`_Steps`), shared by the groups of one walk."""
+        step = (memo or _Steps()).step(self.view, j, choice, f, c)
+        kind = step[0]
+        if kind == "same":
             return
-        if choice.kind is ChoiceKind.WHOLE:
+        if kind == "whole":
             self.stopped = True         # every worker of the group computes the whole output of this view
             return
-        s = _strategy(view, choice, f)
+        if kind == "follow":
+            _, view, d, offset, cuts, out_cuts = step
+            ins = []
+            for (p, origin, window, zeroed), (cut, bounds) in zip(self.ins, cuts):
+                if cut:
+                    origin = tuple([x + offset if i == d else x for i, x in enumerate(origin)])
+                ins.append((p, origin, _narrow(window, origin, bounds), zeroed))
+            self.ins, self.view = ins, view
+            self.out_origin = [tuple([x + offset if i == d else x for i, x in enumerate(origin)]) if cut else origin
+                               for origin, cut in zip(self.out_origin, out_cuts)]
+            return
+        s = step[1]
         for p, fill in zip((q[0] for q in self.ins), s.fills):
             if fill is not None:
                 self.fills[p] = fill
-        desc = view.describe()
-        call = None if s.exchanges else kernel_call(view.op, view.attrs, desc, s, c)
-        expand = call is None and not s.exchanges and s.kind == "reduce" and expands_partials(view.op, desc)
-        if s.exchanges or expand:
-            if s.exchanges and any(isinstance(o, PartialSum) for o in s.outputs):
-                raise AnalysisError(f"{view.op}: a statistics exchange with a partial output cannot be composed")
-            regions = s.input_regions[c]
-            shapes = []
+        if kind == "exchange":
+            _, _, expand, view, reads, out_lows = step
             new_ins = []
-            for i, ((p, origin, window, zeroed), r, shape) in enumerate(zip(self.ins, regions, view.in_shapes)):
-                zeroed = zeroed or (expand and c > 0 and i in s.once_inputs)   # a term one worker counts
-                if r is None:
+            for (p, origin, window, zeroed), (unread, lows, bounds, once) in zip(self.ins, reads):
+                zeroed = zeroed or once     # a term one worker counts
+                if unread:
                     new_ins.append((p, origin, window, zeroed))
-                    shapes.append(shape)
                     self.unread.add(p)
                     continue
-                if any(map(any, r.pad)):
-                    raise AnalysisError(f"{view.op}: a step run by the expansion reading a halo cannot be composed")
-                new_ins.append((p, tuple(o + lo for o, (lo, _) in zip(origin, r.bounds)),
-                                _narrow(window, origin, r.bounds), zeroed))
-                shapes.append(r.shape)
+                new_ins.append((p, tuple([o + lo for o, lo in zip(origin, lows)]), _narrow(window, origin, bounds),
+                                zeroed))
             self.ins = new_ins
-            self.out_origin = [tuple(o + lo for o, (lo, _) in zip(origin, r.bounds))
-                               for origin, r in zip(self.out_origin, s.output_regions[c])]
-            self.view = NodeView(view.op, view.attrs, tuple(shapes), tuple(r.shape for r in s.output_regions[c]),
-                                 view.inputs, view.outputs)
+            self.out_origin = [tuple([o + lo for o, lo in zip(origin, lows)])
+                               for origin, lows in zip(self.out_origin, out_lows)]
+            self.view = view
             if expand:
                 for o, placement in enumerate(s.outputs):
                     if isinstance(placement, PartialSum):
@@ -270,6 +271,7 @@ class _Group:
             else:
                 self.exchanges.append(j)
             return
+        _, _, call, view, reads, keep, shifts = step
         if self.exchanges and (s.kind == "reduce"):
             raise AnalysisError(f"{view.op}: a reduction split after a statistics exchange cannot be composed")
         if call is None:
@@ -277,32 +279,29 @@ class _Group:
         if (self.exchanges or self.expanded) and len(call.inputs) != len(self.ins):
             raise AnalysisError(f"{view.op}: a kernel split dropping inputs after a step run by the expansion "
                                 f"cannot be composed")
+        ins = self.ins
         new_ins = []
-        for i, r in zip(call.inputs, call.regions):
-            p, origin, window, zeroed = self.ins[i]
-            start = tuple(o + lo - (pad[0] if call.padded else 0) for o, (lo, _), pad in zip(origin, r.bounds, r.pad))
-            new_ins.append((p, start, _narrow(window, origin, r.bounds), zeroed or i in call.zeroed))
+        for i, lows, bounds, zero in reads:
+            p, origin, window, zeroed = ins[i]
+            new_ins.append((p, tuple([o + lo for o, lo in zip(origin, lows)]), _narrow(window, origin, bounds),
+                            zeroed or zero))
         self.ins = new_ins
         self.scale *= call.scale
+        self.view = view
         if call.crop:
-            self.view = NodeView(view.op, call.attrs, call.input_shapes(), view.out_shapes,
-                                 tuple(view.inputs[i] for i in call.inputs), view.outputs)
             self.stopped = True
             return
-        if call.keep is not None:
+        if keep is not None:
             # the kernel computes more than the worker's part: it keeps its part, and later steps do not
             # narrow the call (as a crop): every worker of the group runs it
-            self.keep = tuple(_box(tuple(lo for lo, _ in r.bounds), r.shape) for r in call.keep)
+            self.keep = keep
             self.stopped = True
-        for o, placement in enumerate(s.outputs):
-            if isinstance(placement, SplitDim):
-                lo = s.output_regions[c][o].bounds[placement.dim][0]
-                self.out_origin[o] = tuple(x + (lo if d == placement.dim else 0)
-                                           for d, x in enumerate(self.out_origin[o]))
+        for o, (placement, shift) in enumerate(zip(s.outputs, shifts)):
+            if shift is not None:
+                d, lo = shift
+                self.out_origin[o] = tuple([x + (lo if i == d else 0) for i, x in enumerate(self.out_origin[o])])
             elif isinstance(placement, PartialSum):
                 _partial(view.op, o, placement, j, self.partial, self.reducer)
-        self.view = NodeView(view.op, call.attrs, call.input_shapes(), tuple(r.shape for r in s.output_regions[c]),
-                             tuple(view.inputs[i] for i in call.inputs), view.outputs)
 
     def call(self, w: int) -> WorkerCall:
         """Worker ``w``'s call when the group's steps are done."""
@@ -315,6 +314,93 @@ class _Group:
                      for o, (origin, shape) in enumerate(zip(self.out_origin, self.view.out_shapes)))
         return WorkerCall(w, self.view.attrs, tuple(pieces), outs, tuple(self.exchanges), self.keep, self.scale,
                           tuple(self.expanded))
+
+
+class _Steps:
+    """What each step does to a view, worked out once per (view, step, part) for every group of one walk whose
+    view it is (:func:`_step`); the views it makes are interned by value, so that groups whose views are equal
+    share one, and its steps."""
+
+    def __init__(self):
+        self._done: dict[tuple, tuple] = {}
+        self._views: dict[NodeView, NodeView] = {}
+
+    def step(self, view: NodeView, j: int, choice: OpChoice, f: int, c: int) -> tuple:
+        key = (id(view), j, c)              # every view met is kept alive here: ids are not reused
+        hit = self._done.get(key)
+        if hit is None or hit[0] is not view:
+            hit = self._done[key] = (view, _step(view, choice, f, c, self._views))
+        return hit[1]
+
+
+def _step(view: NodeView, choice: OpChoice, f: int, c: int, views: dict) -> tuple:
+    """Part c of ``choice`` (f parts) for any group whose view is ``view``: ("same",), ("whole",), ("follow",
+    view, d, offset, per input (cut, bounds), per output cut), ("exchange", s, expand, view, per input (unread,
+    lows, bounds, zeroed), per output lows) or ("kernel", s, call, view, per call input (input, lows, bounds,
+    zeroed), keep, per output (dim, lo) of a split). Views are interned in ``views``.
+
+    Raises:
+        AnalysisError: the choice names no strategy of the view, or a step the expansion runs cannot be composed
+            (what also depends on the group is checked in :meth:`_Group.advance`).
+    """
+    def interned(v: NodeView) -> NodeView:
+        return views.setdefault(v, v)
+
+    if choice.kind is ChoiceKind.FOLLOW:
+        d = choice.dim
+        if d is None:
+            return ("same",)
+        _check_follow(view, d, f, c)
+        out_shape = view.out_shapes[0]
+        step = out_shape[d] // f
+
+        def cut(shape):
+            return tuple(step if i == d else n for i, n in enumerate(shape)) if tuple(shape) == tuple(out_shape) \
+                else shape
+        ins = tuple(cut(shape) for shape in view.in_shapes)
+        outs = tuple(cut(shape) for shape in view.out_shapes)
+        new = interned(NodeView(view.op, view.attrs, ins, outs, view.inputs, view.outputs))
+        return ("follow", new, d, c * step,
+                tuple((a != b, tuple((0, n - 1) for n in a)) for a, b in zip(ins, view.in_shapes)),
+                tuple(a != b for a, b in zip(outs, view.out_shapes)))
+    if choice.kind is ChoiceKind.WHOLE:
+        return ("whole",)
+    s = _strategy(view, choice, f)
+    desc = view.describe()
+    call = None if s.exchanges else kernel_call(view.op, view.attrs, desc, s, c)
+    expand = call is None and not s.exchanges and s.kind == "reduce" and expands_partials(view.op, desc)
+    if s.exchanges or expand:
+        if s.exchanges and any(isinstance(o, PartialSum) for o in s.outputs):
+            raise AnalysisError(f"{view.op}: a statistics exchange with a partial output cannot be composed")
+        reads, shapes = [], []
+        for i, (r, shape) in enumerate(zip(s.input_regions[c], view.in_shapes)):
+            once = bool(expand and c > 0 and i in s.once_inputs)
+            if r is None:
+                reads.append((True, None, None, once))
+                shapes.append(shape)
+                continue
+            if any(map(any, r.pad)):
+                raise AnalysisError(f"{view.op}: a step run by the expansion reading a halo cannot be composed")
+            reads.append((False, tuple(lo for lo, _ in r.bounds), r.bounds, once))
+            shapes.append(r.shape)
+        new = interned(NodeView(view.op, view.attrs, tuple(shapes), tuple(r.shape for r in s.output_regions[c]),
+                                view.inputs, view.outputs))
+        return ("exchange", s, expand, new, tuple(reads),
+                tuple(tuple(lo for lo, _ in r.bounds) for r in s.output_regions[c]))
+    if call is None:
+        return ("kernel", s, None, view, (), None, ())
+    reads = tuple((i, tuple(lo - (pad[0] if call.padded else 0) for (lo, _), pad in zip(r.bounds, r.pad)), r.bounds,
+                   i in call.zeroed) for i, r in zip(call.inputs, call.regions))
+    inputs = tuple(view.inputs[i] for i in call.inputs)
+    if call.crop:
+        new = NodeView(view.op, call.attrs, call.input_shapes(), view.out_shapes, inputs, view.outputs)
+        return ("kernel", s, call, interned(new), reads, None, (None,) * len(s.outputs))
+    keep = tuple(_box(tuple(lo for lo, _ in r.bounds), r.shape) for r in call.keep) if call.keep is not None else None
+    shifts = tuple((p.dim, s.output_regions[c][o].bounds[p.dim][0]) if isinstance(p, SplitDim) else None
+                   for o, p in enumerate(s.outputs))
+    new = NodeView(view.op, call.attrs, call.input_shapes(), tuple(r.shape for r in s.output_regions[c]), inputs,
+                   view.outputs)
+    return ("kernel", s, call, interned(new), reads, keep, shifts)
 
 
 def _partial(op: str, o: int, placement: PartialSum, j: int, partial: list[list[int]],
@@ -355,29 +441,6 @@ def _follows(op, attrs, ins, outs, d: int, f: int, c: int) -> bool:
         if call is not None and call.attrs == attrs and call.keep is None and not call.crop and call.scale == 1.0:
             return True
     return False
-
-
-def _follow(view: NodeView, ins, out_origin, d: int | None, f: int, c: int):
-    """A merged element-wise op on the worker's slice along ``d`` of its (same-shaped) input and output."""
-    if d is None:
-        return view, ins, out_origin
-    out_shape = view.out_shapes[0]
-    step = out_shape[d] // f
-
-    def cut(origin, shape):
-        if tuple(shape) != tuple(out_shape):
-            return origin, shape
-        return (tuple(x + (c * step if i == d else 0) for i, x in enumerate(origin)),
-                tuple(step if i == d else n for i, n in enumerate(shape)))
-
-    new_ins, shapes = [], []
-    for (p, origin, window, zeroed), shape in zip(ins, view.in_shapes):
-        o, s = cut(origin, shape)
-        new_ins.append((p, o, _narrow(window, o, tuple((0, n - 1) for n in s)), zeroed))
-        shapes.append(s)
-    outs = [cut(origin, shape) for origin, shape in zip(out_origin, view.out_shapes)]
-    new_view = NodeView(view.op, view.attrs, tuple(shapes), tuple(s for _, s in outs), view.inputs, view.outputs)
-    return new_view, new_ins, [o for o, _ in outs]
 
 
 def _strategy(view: NodeView, choice: OpChoice, f: int) -> PartitionStrategy:
