@@ -130,3 +130,41 @@ def test_three_steps_of_convolution_reassemble(picks, factors):
     np.testing.assert_allclose(got, full, rtol=1e-4, atol=1e-4)
     calls = compose(view, chain, factors)
     assert [c.worker for c in calls] == list(range(math.prod(factors)))
+
+
+def _each_worker_alone(view, choices, factors):
+    """Every worker's call advanced step by step on its own: no state, and no step worked out for another
+    worker's group, shared with it."""
+    from tofu.analysis.compose import _Group
+
+    calls = []
+    for w in range(math.prod(factors)):
+        group = _Group(view)
+        for j, (choice, f, c) in enumerate(zip(choices, factors, coordinates(w, factors))):
+            if group.stopped:
+                break
+            group.advance(j, choice, f, c, w)
+        calls.append(group.call(w))
+    return tuple(calls)
+
+
+@pytest.mark.parametrize("model,workers", [("wresnet-tiny", 8), ("rnn-tiny", 8), ("gpt-tiny", 8), ("mlp", 4)])
+def test_groups_that_share_a_step_compose_as_each_worker_alone(model, workers):
+    """compose works out what a step does to a view once for every group whose view it is: every op of a
+    searched plan (follows, kernel splits, crops, statistics exchanges) gives each worker the call it gets
+    advanced alone."""
+    from tests.oracle import plan_tables
+    from tofu.api import load_graph
+    from tofu.search.algorithms import plan_graph
+
+    graph = load_graph(model, with_loss=True)
+    factors, _, _, choices = plan_tables(graph, plan_graph(graph, workers, "tofu"))
+    assert len(factors) >= 2
+    kinds = set()
+    for node in graph.nodes:
+        view = NodeView.of(graph, node)
+        calls = compose(view, choices[node.id], factors)
+        assert calls == _each_worker_alone(view, choices[node.id], factors), node.name
+        kinds |= {c.kind for c in choices[node.id]}
+        kinds |= {"exchange"} if calls[0].exchange_steps else set()
+    assert {ChoiceKind.FOLLOW, ChoiceKind.OUTPUT} <= kinds
