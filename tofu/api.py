@@ -9,7 +9,7 @@ from pathlib import Path
 
 from tofu.errors import InputShapeError
 from tofu.graph import Graph, Shape, import_symbol, load_symbol_file
-from tofu.graph.mxnet_import import check_no_parameter_shapes, declared_shapes
+from tofu.graph.mxnet_import import check_no_parameter_shapes, declared_shapes, format_shapes
 from tofu.graph.ir import LOSS_OPS
 from tofu.models import ModelOptions, build_model
 
@@ -30,9 +30,9 @@ def load_graph(model: str, options: ModelOptions = ModelOptions(),
         if not shapes:
             # what a variable declares is not taken on its own: a variable given a shape is an input, not trained,
             # and a declared weight (fc_weight, shape=(4, 6)) would then silently stay as initialised
-            declared = ", ".join(f"{n}={','.join(map(str, s))}" for n, s in declared_shapes(symbol).items())
+            declared = declared_shapes(symbol)
             raise InputShapeError(f"'{model}' is a symbol file: give its input shapes with --shape NAME=D1,D2,..."
-                                  + (f" (its variables declare {declared}; give the inputs among them)"
+                                  + (f" (its variables declare {format_shapes(declared)}; give the inputs among them)"
                                      if declared else ""))
         check_no_parameter_shapes(symbol, shapes)
         graph = import_symbol(symbol, shapes, name=Path(model).stem)    # shapes inferred in a safe probe

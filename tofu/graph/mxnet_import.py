@@ -358,7 +358,7 @@ def _known_shapes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], dtype: str
         if any(n in variables for n in missing):    # what the user can give: the variables, first, the inputs
             given = sorted((n for n in missing if n in variables), key=_looks_like_param)  # before the weights
             inferred = dict(zip(found.names, found.shapes))
-            missing = [f"{n} (given {_fmt_shapes({n: shapes[n]})[len(n) + 1:]}, which an op's shape inference "
+            missing = [f"{n} (given {format_shapes({n: shapes[n]})[len(n) + 1:]}, which an op's shape inference "
                        f"contradicts: {tuple(inferred[n])})" if n in shapes else f"{n} (a variable: give its shape)"
                        for n in given] + [n for n in missing if n not in variables]
         hint = ""
@@ -367,7 +367,7 @@ def _known_shapes(symbol: mx.sym.Symbol, shapes: Mapping[str, Shape], dtype: str
         numpy = _numpy_outputs(symbol, missing)
         if numpy and not hint:
             hint = f" ({numpy})"
-        raise InputShapeError(f"shapes given ({_fmt_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}{hint}")
+        raise InputShapeError(f"shapes given ({format_shapes(shapes)}) leave unknown: {', '.join(missing[:5])}{hint}")
     return found
 
 
@@ -505,5 +505,6 @@ def _looks_like_param(name: str) -> bool:
     return name.endswith(("_weight", "_bias", "_gamma", "_beta"))
 
 
-def _fmt_shapes(shapes: Mapping[str, Shape]) -> str:
+def format_shapes(shapes: Mapping[str, Shape]) -> str:
+    """``name=2,3, ...`` as the CLI's ``--shape`` takes them ("no shapes" for none)."""
     return ", ".join(f"{k}={','.join(map(str, v))}" for k, v in shapes.items()) or "no shapes"

@@ -153,7 +153,7 @@ class _Batch:
     as a copy's key is (:meth:`_Replay.copies`), the elements, the holder's device and the destination."""
 
     def __init__(self, cells: list[tuple], entries: int):
-        rows = np.array(cells, dtype=np.int64).reshape(len(cells), 7)
+        rows = np.fromiter(itertools.chain.from_iterable(cells), dtype=np.int64, count=7 * len(cells)).reshape(-1, 7)
         self.entry, self.piece, box, volume, device, dst, local = rows.T
         self.count = np.bincount(self.entry, minlength=entries)
         self.first = np.concatenate(([0], np.cumsum(self.count)[:-1])) if entries else self.count
