@@ -352,14 +352,20 @@ class _Replay:
         hit = self.reads.get(key)
         if hit is None or hit[0] is not calls:
             call_of, codes, first, by_input, regions = [], [], [], {}, []
+            gives: dict[tuple, int] = {}    # a kernel's rule depends on its attributes and input alone
             for c, call in enumerate(calls):
                 for q, p in enumerate(call.inputs):
                     if p.zeroed or not p.read or skip[p.input]:
                         continue
                     by_input.setdefault(p.input, []).append(len(regions))
                     call_of.append(c)
-                    g = _gives(op, call, q)
-                    codes.append(int(g[0]) | int(g[1]) << 1)
+                    code = None if call.expansion else gives.get((id(call.attrs), p.input))
+                    if code is None:
+                        g = _gives(op, call, q)
+                        code = int(g[0]) | int(g[1]) << 1
+                        if not call.expansion:
+                            gives[(id(call.attrs), p.input)] = code
+                    codes.append(code)
                     first.append(p.input == 0)
                     regions.append((p.box, p.data))
             hit = self.reads[key] = (calls, (np.array(call_of, dtype=np.int64), np.array(codes, dtype=np.int8),
