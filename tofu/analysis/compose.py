@@ -307,9 +307,12 @@ class _Group:
         """Worker ``w``'s call when the group's steps are done."""
         pieces = []
         for (p, origin, window, zeroed), shape in zip(self.ins, self.view.in_shapes):
-            box = _box(origin, shape)
-            data = tuple((max(a, c), max(max(a, c), min(b, d))) for (a, b), (c, d) in zip(box, window))
-            pieces.append(InputPiece(p, box, data, self.fills.get(p, 0.0), zeroed, p not in self.unread))
+            box = tuple([(o, o + n) for o, n in zip(origin, shape)])
+            data = []
+            for (a, b), (c, d) in zip(box, window):       # the box within the window (empty at its low end)
+                lo, hi = (a if a > c else c), (b if b < d else d)
+                data.append((lo, hi if hi > lo else lo))
+            pieces.append(InputPiece(p, box, tuple(data), self.fills.get(p, 0.0), zeroed, p not in self.unread))
         outs = tuple(OutputPiece(_box(origin, shape), tuple(self.partial[o]), self.reducer[o])
                      for o, (origin, shape) in enumerate(zip(self.out_origin, self.view.out_shapes)))
         return WorkerCall(w, self.view.attrs, tuple(pieces), outs, tuple(self.exchanges), self.keep, self.scale,
@@ -459,7 +462,8 @@ def _by_choice(op, attrs, ins, outs, f: int) -> dict:
 
 def _narrow(window: Box, origin: Sequence[int], bounds) -> Box:
     """``window`` restricted to the region ``bounds`` (inclusive, in the view's coordinates at ``origin``)."""
-    return tuple((max(a, o + lo), min(b, o + hi + 1)) for (a, b), o, (lo, hi) in zip(window, origin, bounds))
+    return tuple([(a if a > o + lo else o + lo, b if b < o + hi + 1 else o + hi + 1)
+                  for (a, b), o, (lo, hi) in zip(window, origin, bounds)])
 
 
 def _box(origin: Sequence[int], shape: Sequence[int]) -> Box:

@@ -345,9 +345,9 @@ _PROJECTED: dict[tuple, tuple] = {}
 
 def _projected(info: _ClassCosts, cost_key: tuple, dims: tuple) -> tuple:
     """A touched tensor's costs, per picked strategy (``cost_key[-1]``) and per choice in ``dims``, flat (option by
-    option): what it adds to its tensor group's table, and (an input) the forward bytes received. ``cost_key`` is build_cut's parts
-    key without the tensor group: (signature id, part, row, held shape, role, g, item, picked), which fixes the
-    costs (the signature id fixes the signature and whether it is computed whole)."""
+    option): what it adds to its tensor group's table, and (an input) the forward bytes received. ``cost_key`` is
+    build_cut's parts key without the tensor group: (signature id, part, row, held shape, role, g, item, picked),
+    which fixes the costs (the signature id fixes the signature and whether it is computed whole)."""
     memo = (*cost_key, dims)
     hit = _PROJECTED.get(memo)
     if hit is None:
