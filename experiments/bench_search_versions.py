@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.common import RowWriter, write_sidecar  # noqa: E402
+from experiments.common import RowWriter, rerun_source, write_sidecar  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 COLUMNS = ("tree", "model", "workers", "round", "repeat", "status", "load", "search_seconds", "plan_seconds",
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench_search_versions: cannot check out {args.against}: {made.stderr.strip()}", file=sys.stderr)
             return 2
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=old, capture_output=True, text=True).stdout.strip()
-        write_sidecar(out, vars(args), against_sha=sha)
+        write_sidecar(out, vars(args), against_sha=sha, **rerun_source())
         try:
             try:
                 specs = {model: _spec(model, args.gluon_batch, Path(tmp)) for model in args.models.split(",")}
