@@ -288,3 +288,37 @@ def test_run_plan_splits_writes_each_plans_cuts_and_megatrons_dimensions(tmp_pat
     assert json.loads(out.with_suffix(".json").read_text())["source"].startswith("re-run: ")
     assert run_plan_splits.main(["--model", "gpt-tiny", "--block", "7", "--workers", "2",
                                  "--out", str(tmp_path / "x.csv")]) == 2
+
+
+def test_run_calibration_aftereffect_times_each_work_in_its_own_process_and_refuses_bad_input(tmp_path, capsys,
+                                                                                              monkeypatch):
+    """``--quick``: the sleeping process's rows, one per phase, each ratio its median over the one before; the
+    table prints them; the work ``calibrate`` runs the calibration between the phases (here a stand-in that takes
+    0.1 s); a malformed case and an unknown work are usage errors (exit 2)."""
+    import time
+
+    from experiments import run_calibration_aftereffect as after
+    from experiments import table_calibration_aftereffect
+    from tofu.sim import calibrate
+
+    assert after.main(["--quick", "--tag", "a", "--out-dir", str(tmp_path)]) == 0
+    rows = list(csv.DictReader((tmp_path / "a.csv").open()))
+    assert [(r["work"], r["model"], r["phase"]) for r in rows] == [
+        ("sleep", "mlp", "before"), ("sleep", "mlp", "after"), ("sleep", "mlp", "after, new")]
+    before = float(rows[0]["median_seconds"])
+    for r in rows:
+        assert float(r["ratio_to_before"]) == pytest.approx(float(r["median_seconds"]) / before, rel=1e-4)
+        assert int(r["steps"]) >= 10 and float(r["work_seconds"]) >= 0.2
+    assert f"{float(rows[1]['median_seconds']) * 1e3:.3g} ({float(rows[1]['ratio_to_before']):.2f}x)" in \
+        table_calibration_aftereffect.render([rows])
+    assert json.loads((tmp_path / "a.json").read_text())["source"].startswith("re-run: ")
+
+    measured = []
+    monkeypatch.setattr(calibrate, "measure", lambda: measured.append(time.sleep(0.1)))
+    got = after.one("calibrate", [("mlp", 8, 1)], 0.05, None)
+    assert measured and [r["phase"] for r in got] == list(after.PHASES) and got[0]["work_seconds"] >= 0.1
+
+    for bad in (["--cases", "mlp:8"], ["--cases", "nosuchnet:8:1"], ["--works", "nap"]):
+        with pytest.raises(SystemExit) as e:
+            after.main([*bad, "--out-dir", str(tmp_path)])
+        assert e.value.code == 2 and bad[1].split(":")[0] in capsys.readouterr().err
