@@ -1,8 +1,8 @@
 """Do the training steps measured after a calibration in the same process run as fast as before it?
 
-    python experiments/run_calibration_aftereffect.py [--cases mlp:16:1,mlp:64:2,wresnet-tiny:4:1,rnn-tiny:8:1,gpt-tiny:4:2]
-                                                     [--seconds 4] [--works calibrate,sleep] [--cpus 0]
-                                                     [--out-dir docs/results/sim] [--tag calibration_aftereffect] [--quick]
+    python experiments/run_calibration_aftereffect.py [--cases MODEL:BATCH:K,...] [--seconds 4]
+        [--works calibrate,sleep] [--sleep-seconds S] [--cpus 0] [--out-dir docs/results/sim]
+        [--tag calibration_aftereffect] [--quick]
 
 Each work runs in a fresh process of its own (this script again, ``--one WORK``): one :class:`Trainer` per case
 (plan ``tofu``, bound as ``experiments/run_cpu_validation.py`` binds it), their steps timed round-robin for about
@@ -62,42 +62,44 @@ def one(work: str, cases: list[tuple[str, int, int]], seconds: float, sleep_seco
     from tofu.runtime.train import Trainer
     from tofu.search.algorithms import plan_graph
 
-    work_dir = Path(tempfile.mkdtemp(prefix="tofu-aftereffect-"))
-    graphs = [graph_of(m, b, work_dir) for m, b, _ in cases]
+    with tempfile.TemporaryDirectory(prefix="tofu-aftereffect-") as work_dir:
+        graphs = [graph_of(m, b, Path(work_dir)) for m, b, _ in cases]
 
-    def bind():
-        trainers = []
-        for graph, (_, _, k) in zip(graphs, cases):
-            values = {**initial_values(graph), **synthetic_batch(graph)}
-            t = Trainer(partitioned(graph, plan_graph(graph, k, "tofu")), values, "cpu", lr=1e-3, replicas=False)
-            for _ in range(3):
+        def bind():
+            trainers = []
+            for graph, (_, _, k) in zip(graphs, cases):
+                values = {**initial_values(graph), **synthetic_batch(graph)}
+                t = Trainer(partitioned(graph, plan_graph(graph, k, "tofu")), values, "cpu", lr=1e-3,
+                            replicas=False)
+                for _ in range(3):
+                    t.step()
+                trainers.append(t)
+            return trainers
+
+        def timed(t):
+            def step() -> float:
                 t.step()
-            trainers.append(t)
-        return trainers
+                return t.step_seconds[-1]
+            return step
 
-    def timed(t):
-        def step() -> float:
-            t.step()
-            return t.step_seconds[-1]
-        return step
+        def medians(trainers) -> list[tuple[float, int]]:
+            return [(statistics.median(ts), len(ts))
+                    for ts in measure_round_robin([timed(t) for t in trainers], seconds)]
 
-    def medians(trainers) -> list[tuple[float, int]]:
-        return [(statistics.median(ts), len(ts))
-                for ts in measure_round_robin([timed(t) for t in trainers], seconds)]
-
-    trainers = bind()
-    before = medians(trainers)
-    start = time.perf_counter()
-    if work == "calibrate":
-        from tofu.sim import calibrate
-        calibrate.measure()
-    else:
-        time.sleep(sleep_seconds or 0.0)
-    took = time.perf_counter() - start
-    phases = {"before": before, "after": medians(trainers), "after, new": medians(bind())}
-    return [{"work": work, "model": m, "batch": b, "workers": k, "phase": phase, "median_seconds": phases[phase][i][0],
-             "steps": phases[phase][i][1], "ratio_to_before": phases[phase][i][0] / before[i][0], "work_seconds": took}
-            for i, (m, b, k) in enumerate(cases) for phase in PHASES]
+        trainers = bind()
+        before = medians(trainers)
+        start = time.perf_counter()
+        if work == "calibrate":
+            from tofu.sim import calibrate
+            calibrate.measure()
+        else:
+            time.sleep(sleep_seconds or 0.0)
+        took = time.perf_counter() - start
+        phases = {"before": before, "after": medians(trainers), "after, new": medians(bind())}
+        return [{"work": work, "model": m, "batch": b, "workers": k, "phase": phase,
+                 "median_seconds": phases[phase][i][0], "steps": phases[phase][i][1],
+                 "ratio_to_before": phases[phase][i][0] / before[i][0], "work_seconds": took}
+                for i, (m, b, k) in enumerate(cases) for phase in PHASES]
 
 
 def main(argv=None) -> int:
@@ -131,7 +133,6 @@ def main(argv=None) -> int:
 
     path = args.out_dir / f"{args.tag}.csv"
     writer = RowWriter(path, COLUMNS)
-    rows: list[dict] = []
     sleep_seconds = args.sleep_seconds
     for work in works:
         log(f"[{work}] a fresh process: {len(cases)} cases before, {work}, after (minutes for 'calibrate')")
@@ -148,7 +149,6 @@ def main(argv=None) -> int:
             if row["phase"] != "before":
                 log(f"[{work}] {row['model']} b={row['batch']} k={row['workers']} {row['phase']:<10} "
                     f"{row['median_seconds'] * 1e3:.3f} ms, {row['ratio_to_before']:.2f}x before")
-        rows += got
         if work == "calibrate" and args.sleep_seconds is None:
             sleep_seconds = got[0]["work_seconds"]       # the control sleeps as long as the calibration took
     writer.close()
